@@ -1,0 +1,183 @@
+"""Typed settings for the leasing app, read lazily from `settings.LEASING`.
+
+    from leasing.conf import leasing_settings
+    leasing_settings.lease_duration  # 300.0 unless LEASING["LEASE_DURATION"] says otherwise
+
+Nothing is read at import time: the first attribute access builds a frozen
+`LeasingSettings` from `settings.LEASING` (validated, unknown keys rejected) and
+caches it until Django's `setting_changed` signal says `LEASING` changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .exceptions import LeasingConfigurationError
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LeasingSettings:
+    # Leases (SPEC §5, §6)
+    lease_duration: float = 300.0
+    heartbeat_interval: float = 30.0
+    heartbeat_max_failures: int = 3
+    max_retries: int = 3
+    retry_backoff_base: float = 2.0
+    retry_backoff_max: float = 3600.0
+    retry_jitter: float = 0.25
+
+    # Recovery sweep (SPEC §9)
+    sweep_interval: float = 60.0
+    sweep_batch_size: int = 500
+    checkpoint_retention: int = 100
+
+    # Dashboard (SPEC §12)
+    stale_heartbeat: float = 120.0
+
+    # Idempotency keys (SPEC §10)
+    idempotency_ttl: float = 24 * 3600.0
+
+    # Proof-of-work lease extender (SPEC §7.2)
+    extender_interval: float = 60.0
+    extender_extension: float = 300.0
+    extender_enabled: bool = True
+
+    # Bad input (SPEC §14)
+    max_payload_bytes: int = MIB
+
+    # Worker runtime (SPEC §11)
+    poll_interval: float = 1.0
+    shutdown_timeout: float = 30.0
+    handlers: dict[str, Any] = field(default_factory=dict)
+
+    # Metrics endpoint: a bearer token, or None for staff sessions only.
+    metrics_token: str | None = None
+
+
+_POSITIVE_NUMBERS = {
+    "lease_duration",
+    "heartbeat_interval",
+    "retry_backoff_base",
+    "retry_backoff_max",
+    "sweep_interval",
+    "stale_heartbeat",
+    "idempotency_ttl",
+    "extender_interval",
+    "extender_extension",
+    "poll_interval",
+    "shutdown_timeout",
+}
+_POSITIVE_INTEGERS = {
+    "heartbeat_max_failures",
+    "sweep_batch_size",
+    "checkpoint_retention",
+    "max_payload_bytes",
+}
+_NON_NEGATIVE_INTEGERS = {"max_retries"}
+
+
+def _check_value(name: str, value: Any) -> Any:
+    key = f"LEASING[{name.upper()!r}]"
+    if name in _POSITIVE_NUMBERS:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise LeasingConfigurationError(f"{key} must be a number, got {value!r}.")
+        if not math.isfinite(value) or value <= 0:
+            raise LeasingConfigurationError(f"{key} must be a positive number, got {value!r}.")
+        return float(value)
+    if name in _POSITIVE_INTEGERS | _NON_NEGATIVE_INTEGERS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise LeasingConfigurationError(f"{key} must be an integer, got {value!r}.")
+        minimum = 0 if name in _NON_NEGATIVE_INTEGERS else 1
+        if value < minimum:
+            raise LeasingConfigurationError(f"{key} must be at least {minimum}, got {value!r}.")
+        return value
+    if name == "retry_jitter":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+            raise LeasingConfigurationError(f"{key} must be a number in [0, 1), got {value!r}.")
+        return float(value)
+    if name == "extender_enabled":
+        if not isinstance(value, bool):
+            raise LeasingConfigurationError(f"{key} must be True or False, got {value!r}.")
+        return value
+    if name == "handlers":
+        if not isinstance(value, dict):
+            raise LeasingConfigurationError(
+                f"{key} must be a dict of work type to handler, got {type(value).__name__}."
+            )
+        return dict(value)
+    if name == "metrics_token":
+        if value is not None and (not isinstance(value, str) or not value):
+            raise LeasingConfigurationError(f"{key} must be a non-empty string or None.")
+        return value
+    raise AssertionError(f"no validator for {name}")  # pragma: no cover
+
+
+def build_settings(overrides: dict[str, Any] | None) -> LeasingSettings:
+    """Validate `settings.LEASING` and return the typed settings."""
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        raise LeasingConfigurationError(
+            f"settings.LEASING must be a dict, got {type(overrides).__name__}."
+        )
+    known = {f.name for f in dataclasses.fields(LeasingSettings)}
+    values: dict[str, Any] = {}
+    for raw_key, value in overrides.items():
+        name = str(raw_key).lower()
+        if name not in known:
+            choices = ", ".join(sorted(n.upper() for n in known))
+            raise LeasingConfigurationError(
+                f"Unknown setting LEASING[{raw_key!r}]. Known settings: {choices}."
+            )
+        values[name] = _check_value(name, value)
+    return LeasingSettings(**values)
+
+
+class _LazySettings:
+    """Proxy that builds `LeasingSettings` on first use and after `LEASING` changes."""
+
+    def __init__(self) -> None:
+        self._cached: LeasingSettings | None = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> LeasingSettings:
+        cached = self._cached
+        if cached is None:
+            from django.conf import settings
+
+            with self._lock:
+                cached = self._cached = build_settings(getattr(settings, "LEASING", None))
+        return cached
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._load(), name)
+
+    @property
+    def current(self) -> LeasingSettings:
+        return self._load()
+
+    def reload(self) -> None:
+        self._cached = None
+
+
+leasing_settings = _LazySettings()
+
+
+@receiver(setting_changed)
+def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "LEASING":
+        leasing_settings.reload()
+
+
+def get_settings() -> LeasingSettings:
+    """The current typed settings (read lazily, cached)."""
+    return leasing_settings.current

@@ -1,0 +1,132 @@
+"""Every error the leasing app raises.
+
+`LeasingError` is the base of all of them. Bad input (SPEC §14) raises a
+subclass of `InvalidInput`, which is also a `ValueError`; configuration errors
+are `ImproperlyConfigured`; database failures are translated into
+`DatabaseUnavailable` with the original error chained (`raise ... from`).
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class LeasingError(Exception):
+    """Base class of every error raised by the leasing app."""
+
+
+class LeasingConfigurationError(LeasingError, ImproperlyConfigured):
+    """`settings.LEASING` (or a handler registration) is invalid."""
+
+
+# --- bad input (SPEC §14) -------------------------------------------------------
+
+
+class InvalidInput(LeasingError, ValueError):
+    """An argument was rejected before any row was touched."""
+
+
+class InvalidDuration(InvalidInput):
+    """A lease duration, interval or timeout is not a positive finite number."""
+
+
+class InvalidHeartbeatInterval(InvalidDuration):
+    """The heartbeat interval is not below the lease duration."""
+
+
+class InvalidStatus(InvalidInput):
+    """A status name is not one of the statuses of the table."""
+
+
+class InvalidCheckpointType(InvalidInput):
+    """A checkpoint type is not one of SPEC §3.2's types."""
+
+
+class PayloadNotSerializable(InvalidInput, TypeError):
+    """A payload cannot be stored as JSON."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """A payload exceeds `LEASING["MAX_PAYLOAD_BYTES"]` once encoded as JSON."""
+
+
+class InvalidIdempotencyKey(InvalidInput):
+    """An idempotency key is empty, not a string, or longer than 255 characters."""
+
+
+class UnknownWorkType(InvalidInput):
+    """No handler is registered for a work type."""
+
+
+# --- lookups ----------------------------------------------------------------------
+
+
+class WorkItemNotFound(LeasingError, LookupError):
+    """No work item has the given id."""
+
+    def __init__(self, work_item_id: str) -> None:
+        super().__init__(f"No work item with id {work_item_id!r}.")
+        self.work_item_id = work_item_id
+
+
+# --- leases -------------------------------------------------------------------------
+
+
+class LeaseError(LeasingError):
+    """Base class of the lease errors."""
+
+
+class LeaseExpiredError(LeaseError):
+    """The lease ran out; a late heartbeat never brings it back."""
+
+
+class LeaseConflictError(LeaseError):
+    """Another worker holds the item, or its fencing token moved on."""
+
+
+class LeaseLostError(LeaseExpiredError, LeaseConflictError):
+    """The caller no longer holds the lease, so its write was refused.
+
+    A subclass of both `LeaseExpiredError` and `LeaseConflictError` so that
+    either except clause catches it.
+    """
+
+
+# --- handlers and operators ----------------------------------------------------------
+
+
+class PermanentError(LeasingError):
+    """Raised by a handler: fail the item now, do not retry."""
+
+
+class OperatorActionError(LeasingError):
+    """An operator action (force-release, force-fail, retry) could not be applied."""
+
+
+# --- checkpoints ---------------------------------------------------------------------
+
+
+class CheckpointImmutable(LeasingError):
+    """Checkpoints are append-only: they are never updated, and deleted only by retention."""
+
+
+# --- idempotency ---------------------------------------------------------------------
+
+
+class IdempotencyError(LeasingError):
+    """Base class of the idempotency-key errors."""
+
+
+class IdempotencyConflict(IdempotencyError):
+    """The key was used before with a different request."""
+
+
+class IdempotencyInProgress(IdempotencyError):
+    """Another live run holds the key and has not finished yet."""
+
+
+# --- infrastructure ------------------------------------------------------------------
+
+
+class DatabaseUnavailable(LeasingError):
+    """The database could not be reached or dropped the connection."""

@@ -1,0 +1,361 @@
+"""Handlers: the registry of work types, and the context a handler runs with (SPEC §11.1).
+
+    from leasing.handlers import handler
+
+    @handler("send_invoice", heartbeat="beat", lease_duration=120, on_lease_expired="fail")
+    def send_invoice(ctx):
+        state = ctx.resume_state() or {"page": 0}
+        ...
+        ctx.beat()
+        ctx.checkpoint("iteration_end", state)
+        return {"sent": True}
+
+Handlers are registered by decorator in any installed app's `handlers.py`
+(imported by `autodiscover()` when the app registry is ready) or listed in
+`LEASING["HANDLERS"]` as `{"work_type": "dotted.path"}` or
+`{"work_type": {"handler": "dotted.path", ...options}}`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from django.utils.module_loading import autodiscover_modules, import_string
+
+from . import validation
+from .exceptions import (
+    InvalidInput,
+    LeaseLostError,
+    LeasingConfigurationError,
+    UnknownWorkType,
+)
+
+if TYPE_CHECKING:
+    from .heartbeat import Heartbeat
+    from .lease import Lease
+    from .models import Checkpoint
+
+HeartbeatMode = Literal["thread", "beat"]
+ExpiryPolicy = Literal["retry", "fail"]
+HEARTBEAT_MODES: tuple[str, ...] = ("thread", "beat")
+EXPIRY_POLICIES: tuple[str, ...] = ("retry", "fail")
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """A registered handler and its per-type options.
+
+    `lease_duration` and `heartbeat_interval` default to the worker's (and so to
+    `LEASING`); `max_retries` is the default for items enqueued without one;
+    `on_lease_expired="fail"` makes the sweep fail an expired item instead of
+    retrying it, for work that must not run twice.
+    """
+
+    work_type: str
+    func: Callable[[WorkContext], Any]
+    lease_duration: float | None = None
+    heartbeat_interval: float | None = None
+    heartbeat: HeartbeatMode = "thread"
+    max_retries: int | None = None
+    on_lease_expired: ExpiryPolicy = "retry"
+
+    @property
+    def dotted_path(self) -> str:
+        return f"{self.func.__module__}.{getattr(self.func, '__qualname__', self.func)}"
+
+
+def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
+    """Validate a handler registration (raises `LeasingConfigurationError`)."""
+    try:
+        work_type = validation.non_empty_text("work_type", work_type)
+    except InvalidInput as exc:
+        raise LeasingConfigurationError(str(exc)) from exc
+    if not callable(func):
+        raise LeasingConfigurationError(f"Handler for {work_type!r} is not callable: {func!r}.")
+    unknown = set(options) - {
+        "lease_duration",
+        "heartbeat_interval",
+        "heartbeat",
+        "max_retries",
+        "on_lease_expired",
+    }
+    if unknown:
+        raise LeasingConfigurationError(
+            f"Unknown option(s) {sorted(unknown)} for handler {work_type!r}."
+        )
+    try:
+        lease = options.get("lease_duration")
+        if lease is not None:
+            lease = validation.positive_seconds(f"{work_type}: lease_duration", lease)
+        interval = options.get("heartbeat_interval")
+        if interval is not None:
+            interval = validation.positive_seconds(f"{work_type}: heartbeat_interval", interval)
+        if lease is not None and interval is not None:
+            validation.heartbeat_below_lease(interval, lease)
+        max_retries = options.get("max_retries")
+        if max_retries is not None:
+            max_retries = validation.integer(f"{work_type}: max_retries", max_retries, minimum=0)
+    except InvalidInput as exc:
+        raise LeasingConfigurationError(str(exc)) from exc
+    mode = options.get("heartbeat", "thread")
+    if mode not in HEARTBEAT_MODES:
+        raise LeasingConfigurationError(
+            f"{work_type}: heartbeat must be 'thread' or 'beat', got {mode!r}."
+        )
+    policy = options.get("on_lease_expired", "retry")
+    if policy not in EXPIRY_POLICIES:
+        raise LeasingConfigurationError(
+            f"{work_type}: on_lease_expired must be 'retry' or 'fail', got {policy!r}."
+        )
+    return HandlerSpec(
+        work_type=work_type,
+        func=func,
+        lease_duration=lease,
+        heartbeat_interval=interval,
+        heartbeat=mode,
+        max_retries=max_retries,
+        on_lease_expired=policy,
+    )
+
+
+class HandlerRegistry:
+    """Handlers by work type. Thread-safe; one registration per type."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, HandlerSpec] = {}
+        self._lock = threading.Lock()
+        self._settings_loaded = False
+
+    def register(
+        self, work_type: str, func: Any, *, replace: bool = False, **options: Any
+    ) -> HandlerSpec:
+        spec = build_spec(work_type, func, **options)
+        with self._lock:
+            existing = self._specs.get(spec.work_type)
+            if existing is not None and not replace and existing.func is not spec.func:
+                raise LeasingConfigurationError(
+                    f"Work type {spec.work_type!r} already has a handler "
+                    f"({existing.dotted_path}); a work type has exactly one."
+                )
+            self._specs[spec.work_type] = spec
+        return spec
+
+    def unregister(self, work_type: str) -> None:
+        with self._lock:
+            self._specs.pop(work_type, None)
+
+    def get(self, work_type: str) -> HandlerSpec:
+        self.load_settings()
+        try:
+            return self._specs[work_type]
+        except KeyError:
+            raise UnknownWorkType(
+                f"No handler is registered for work type {work_type!r}; "
+                f"known types: {', '.join(sorted(self._specs)) or '(none)'}."
+            ) from None
+
+    def __contains__(self, work_type: object) -> bool:
+        self.load_settings()
+        return work_type in self._specs
+
+    def work_types(self) -> list[str]:
+        self.load_settings()
+        return sorted(self._specs)
+
+    def specs(self) -> list[HandlerSpec]:
+        self.load_settings()
+        return [self._specs[t] for t in sorted(self._specs)]
+
+    def expiry_policy(self, work_type: str) -> ExpiryPolicy:
+        """What an expired lease means for this type; unknown types are retried."""
+        self.load_settings()
+        spec = self._specs.get(work_type)
+        return spec.on_lease_expired if spec else "retry"
+
+    def fail_on_expiry_types(self) -> list[str]:
+        """Work types whose expired items the sweep fails instead of retrying."""
+        self.load_settings()
+        return sorted(t for t, s in self._specs.items() if s.on_lease_expired == "fail")
+
+    def default_max_retries(self, work_type: str) -> int | None:
+        self.load_settings()
+        spec = self._specs.get(work_type)
+        return spec.max_retries if spec else None
+
+    def load_settings(self, *, force: bool = False) -> None:
+        """Register the handlers listed in `LEASING["HANDLERS"]` (once)."""
+        if self._settings_loaded and not force:
+            return
+        from .conf import get_settings
+
+        for work_type, entry in get_settings().handlers.items():
+            if isinstance(entry, str):
+                path, options = entry, {}
+            elif isinstance(entry, dict) and isinstance(entry.get("handler"), str):
+                options = dict(entry)
+                path = options.pop("handler")
+            else:
+                raise LeasingConfigurationError(
+                    f"LEASING['HANDLERS'][{work_type!r}] must be a dotted path or a dict "
+                    "with a 'handler' dotted path and options."
+                )
+            try:
+                func = import_string(path)
+            except ImportError as exc:
+                raise LeasingConfigurationError(
+                    f"LEASING['HANDLERS'][{work_type!r}]: cannot import {path!r}: {exc}"
+                ) from exc
+            self.register(work_type, func, replace=True, **options)
+        self._settings_loaded = True
+
+    def reset_settings(self) -> None:
+        self._settings_loaded = False
+
+
+registry = HandlerRegistry()
+
+
+def handler(
+    work_type: str,
+    *,
+    lease_duration: float | None = None,
+    heartbeat_interval: float | None = None,
+    heartbeat: HeartbeatMode = "thread",
+    max_retries: int | None = None,
+    on_lease_expired: ExpiryPolicy = "retry",
+) -> Callable[[Callable[[WorkContext], Any]], Callable[[WorkContext], Any]]:
+    """Register the decorated function as the handler of `work_type`."""
+
+    def decorator(func: Callable[[WorkContext], Any]) -> Callable[[WorkContext], Any]:
+        registry.register(
+            work_type,
+            func,
+            lease_duration=lease_duration,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat=heartbeat,
+            max_retries=max_retries,
+            on_lease_expired=on_lease_expired,
+        )
+        return func
+
+    return decorator
+
+
+def autodiscover() -> None:
+    """Import `handlers` of every installed app, then `LEASING["HANDLERS"]`."""
+    autodiscover_modules("handlers")
+    registry.reset_settings()
+
+
+class WorkContext:
+    """What a handler gets: its lease, its input and fenced ways to record progress.
+
+    Once the worker learns the lease is lost (`lease_lost`), every write made
+    through the context raises `LeaseLostError` without touching the database:
+    the item belongs to someone else now.
+    """
+
+    def __init__(
+        self,
+        lease: Lease,
+        heartbeat: Heartbeat,
+        *,
+        using: str = "default",
+    ) -> None:
+        self.lease = lease
+        self.heartbeat = heartbeat
+        self.using = using
+        self._lost = threading.Event()
+        self._lost_reason = ""
+
+    @property
+    def input(self) -> Any:
+        return self.lease.input_data
+
+    @property
+    def worker_id(self) -> str:
+        return self.lease.worker_id
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first run, 2 for the first retry, ..."""
+        return self.lease.retry_count + 1
+
+    @property
+    def lease_lost(self) -> bool:
+        return self._lost.is_set()
+
+    @property
+    def lease_lost_reason(self) -> str:
+        return self._lost_reason
+
+    def mark_lease_lost(self, reason: str) -> None:
+        if not self._lost.is_set():
+            self._lost_reason = reason
+            self._lost.set()
+
+    def wait_lease_lost(self, timeout: float | None = None) -> bool:
+        """Block until the lease is lost or `timeout` passes; True if lost."""
+        return self._lost.wait(timeout)
+
+    def _ensure_held(self) -> None:
+        if self._lost.is_set():
+            raise LeaseLostError(
+                f"The lease on work item {self.lease.work_item_id!r} was lost "
+                f"({self._lost_reason}); this write was refused."
+            )
+
+    def beat(self) -> None:
+        """Record proof of progress (and, in `beat` mode, keep the lease alive)."""
+        self.heartbeat.beat()
+
+    def checkpoint(
+        self, checkpoint_type: str, snapshot: Any, metadata: dict[str, Any] | None = None
+    ) -> Checkpoint:
+        """Append a checkpoint for this task, fenced by the lease token."""
+        from .checkpoints import create_checkpoint
+
+        self._ensure_held()
+        try:
+            return create_checkpoint(
+                self.lease.task_id,
+                checkpoint_type,
+                snapshot,
+                metadata=metadata,
+                lease=self.lease,
+                using=self.using,
+            )
+        except LeaseLostError as exc:
+            self.mark_lease_lost(str(exc))
+            raise
+
+    def resume_state(self) -> Any:
+        """The last `iteration_end` snapshot of this task, or None."""
+        from .checkpoints import resume_state
+
+        return resume_state(self.lease.task_id, using=self.using)
+
+    def run_once(
+        self,
+        key: str,
+        request: Any,
+        fn: Callable[[], Any],
+        *,
+        ttl: timedelta | None = None,
+    ) -> Any:
+        """Run a side effect at most once per idempotency key (SPEC §10)."""
+        from .idempotency import run_once
+
+        self._ensure_held()
+        kwargs: dict[str, Any] = {
+            "task_id": self.lease.task_id,
+            "work_item": self.lease.work_item_id,
+            "using": self.using,
+        }
+        if ttl is not None:
+            kwargs["ttl"] = ttl
+        return run_once(key, request, fn, **kwargs)

@@ -1,0 +1,170 @@
+"""Shared fixtures.
+
+The suite runs twice (see the Makefile): once on SQLite and once on
+PostgreSQL. Tests marked `postgres` are skipped on the SQLite run only; when
+`LEASING_REQUIRE_POSTGRES=1` (the PostgreSQL run of `make test`) a
+non-PostgreSQL database aborts the run instead of letting it pass skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.db import connection, connections
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _vendor() -> str:
+    return connections["default"].vendor
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    vendor = _vendor()
+    if os.environ.get("LEASING_REQUIRE_POSTGRES") == "1" and vendor != "postgresql":
+        raise pytest.UsageError(
+            f"LEASING_REQUIRE_POSTGRES=1 but DATABASE_URL points at {vendor}; "
+            "the PostgreSQL run must not pass with its tests skipped."
+        )
+    if vendor == "postgresql":
+        return
+    skip = pytest.mark.skip(reason="needs PostgreSQL (runs in the PostgreSQL pass of make test)")
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def vendor() -> str:
+    return _vendor()
+
+
+@pytest.fixture
+def is_postgres() -> bool:
+    return _vendor() == "postgresql"
+
+
+@pytest.fixture
+def leasing_settings(settings: Any) -> Callable[..., None]:
+    """Override keys of settings.LEASING for one test: leasing_settings(LEASE_DURATION=2)."""
+
+    def apply(**overrides: Any) -> None:
+        settings.LEASING = {**getattr(settings, "LEASING", {}), **overrides}
+
+    return apply
+
+
+@pytest.fixture
+def make_items(db: None) -> Callable[..., list[Any]]:
+    """Enqueue n items: make_items(3, work_type="noop", priority=1)."""
+    from leasing.enqueue import enqueue_many
+
+    def make(n: int = 1, *, task_id: str | None = None, **fields: Any) -> list[Any]:
+        specs = []
+        for index in range(n):
+            spec = {"task_id": task_id or f"task-{index}", "work_type": "noop", **fields}
+            specs.append(spec)
+        return enqueue_many(specs)
+
+    return make
+
+
+def run_in_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
+    """Run target(i) in `count` threads started together; return results or raise.
+
+    Each thread closes its own database connection when it ends so the test
+    database can be dropped afterwards.
+    """
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+    errors: list[BaseException] = []
+
+    def runner(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[index] = target(index)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=runner, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.fixture
+def threads() -> Callable[[int, Callable[[int], Any]], list[Any]]:
+    return run_in_threads
+
+
+def database_url() -> str:
+    """A DATABASE_URL for the test database, for subprocesses."""
+    s = connections["default"].settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{s['NAME']}"
+    user = quote(s.get("USER") or "")
+    password = s.get("PASSWORD") or ""
+    auth = f"{user}:{quote(password)}@" if password else (f"{user}@" if user else "")
+    host = s.get("HOST") or "127.0.0.1"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{auth}{host}{port}/{s['NAME']}"
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """Environment for a subprocess that uses the test database."""
+    env = dict(os.environ)
+    env["DATABASE_URL"] = database_url()
+    env["DJANGO_SETTINGS_MODULE"] = "project.settings"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture
+def spawn(subprocess_env: dict[str, str]) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start Python subprocesses on the test database; kill leftovers at teardown."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(
+        *args: str, env: dict[str, str] | None = None, **kwargs: Any
+    ) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env={**subprocess_env, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **kwargs,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()

@@ -1,0 +1,96 @@
+"""Typed settings (leasing.conf) and system checks (leasing.checks)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from leasing.checks import check_database, check_settings
+from leasing.conf import LeasingSettings, build_settings, get_settings
+from leasing.exceptions import LeasingConfigurationError
+
+
+def test_defaults_are_the_spec_defaults():
+    conf = build_settings({})
+    assert conf == LeasingSettings()
+    assert conf.lease_duration == 300
+    assert conf.heartbeat_interval == 30
+    assert conf.heartbeat_max_failures == 3
+    assert conf.sweep_interval == 60
+    assert conf.checkpoint_retention == 100
+    assert conf.max_retries == 3
+    assert conf.stale_heartbeat == 120
+    assert conf.idempotency_ttl == 24 * 3600
+    assert (conf.extender_interval, conf.extender_extension, conf.extender_enabled) == (
+        60,
+        300,
+        True,
+    )
+    assert conf.max_payload_bytes == 1024 * 1024
+
+
+def test_settings_are_read_lazily_and_follow_changes(settings):
+    settings.LEASING = {"LEASE_DURATION": 10, "heartbeat_interval": 2}
+    assert get_settings().lease_duration == 10.0
+    assert get_settings().heartbeat_interval == 2.0
+    settings.LEASING = {}
+    assert get_settings().lease_duration == 300.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"LEASE_DURATIN": 3}, "Unknown setting LEASING['LEASE_DURATIN']"),
+        ({"LEASE_DURATION": 0}, "must be a positive number"),
+        ({"LEASE_DURATION": "300"}, "must be a number"),
+        ({"MAX_RETRIES": -1}, "must be at least 0"),
+        ({"HEARTBEAT_MAX_FAILURES": 1.5}, "must be an integer"),
+        ({"RETRY_JITTER": 1}, "in [0, 1)"),
+        ({"EXTENDER_ENABLED": "yes"}, "True or False"),
+        ({"HANDLERS": []}, "must be a dict"),
+    ],
+)
+def test_bad_settings_raise_a_configuration_error(overrides, message):
+    with pytest.raises(LeasingConfigurationError) as exc:
+        build_settings(overrides)
+    assert isinstance(exc.value, ImproperlyConfigured)
+    assert message in str(exc.value)
+
+
+def test_check_rejects_heartbeat_not_below_lease(settings):
+    settings.LEASING = {"LEASE_DURATION": 30, "HEARTBEAT_INTERVAL": 30, "SWEEP_INTERVAL": 6}
+    assert [m.id for m in check_settings()] == ["leasing.E002"]
+    with pytest.raises(SystemCheckError, match=r"leasing\.E002"):
+        call_command("check")
+
+
+def test_check_reports_invalid_settings(settings):
+    settings.LEASING = {"SWEEP_INTERVAL": -1}
+    [message] = check_settings()
+    assert message.id == "leasing.E001"
+    assert "SWEEP_INTERVAL" in message.msg
+
+
+def test_check_warns_about_slow_recovery_and_late_loss_detection(settings):
+    settings.LEASING = {"LEASE_DURATION": 60, "HEARTBEAT_INTERVAL": 30, "SWEEP_INTERVAL": 120}
+    assert sorted(m.id for m in check_settings()) == ["leasing.W002", "leasing.W003"]
+
+
+def test_default_settings_pass_the_checks(settings):
+    settings.LEASING = {}
+    assert check_settings() == []
+
+
+def test_non_postgres_production_database_is_warned_about(settings, vendor):
+    settings.DEBUG = False
+    messages = check_database()
+    if vendor == "postgresql":
+        assert messages == []
+    else:
+        [warning] = messages
+        assert warning.id == "leasing.W001"
+        assert "SKIP LOCKED" in warning.msg
+    settings.DEBUG = True
+    assert check_database() == []
