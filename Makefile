@@ -44,5 +44,10 @@ test: lint
 	$(MAKE) --no-print-directory test-sqlite
 	$(MAKE) --no-print-directory test-postgres
 
+# Everything on the embedded SQLite database: data, a worker pass, then the
+# dashboard, a worker and the sweep (Ctrl-C stops them).
+demo: venv
+	DEBUG=1 DATABASE_URL=$(DEMO_URL) $(PY) manage.py demo
+
 clean:
 	rm -rf $(VENV) .test-run.sqlite3* .test-db.sqlite3* artifacts

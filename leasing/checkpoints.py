@@ -13,6 +13,7 @@ until the checkpoint commits, so the sweep cannot recover the item halfway.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -35,13 +36,31 @@ def _work_item_id(work_item: WorkItem | str | None) -> str | None:
 
 
 def lock_task_sequence(using: str, task_id: str) -> None:
-    """Serialise sequence allocation for one task until the transaction ends."""
+    """Serialise sequence allocation for one task until the transaction ends.
+
+    Call it inside `transaction.atomic()`, then compute MAX(sequence_number) + 1
+    in a later statement: under READ COMMITTED that statement's snapshot is
+    taken after the lock, so it sees every number committed before. SQLite
+    needs no lock: an IMMEDIATE transaction already holds the only write lock.
+    """
     if Dialect(using).is_postgres:
         execute(
             using,
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
             [f"leasing.checkpoints:{task_id}"],
         )
+
+
+def lock_task_sequences(using: str, task_ids: Iterable[str]) -> list[str]:
+    """`lock_task_sequence()` for several tasks, in sorted order; returns that order.
+
+    Every writer that holds more than one task lock takes them in the same
+    (sorted) order, so two of them can never wait for each other in a cycle.
+    """
+    ordered = sorted(set(task_ids))
+    for task_id in ordered:
+        lock_task_sequence(using, task_id)
+    return ordered
 
 
 def create_checkpoint(
@@ -65,6 +84,8 @@ def create_checkpoint(
     if snapshot is None:
         raise InvalidInput("snapshot is required; use {} for an empty snapshot.")
     snapshot_json = validation.payload("snapshot", snapshot, required=True)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidInput(f"metadata must be a dict or None, got {type(metadata).__name__}.")
     metadata_json = validation.payload("metadata", metadata)
     item_id = _work_item_id(work_item)
     if lease is not None:
@@ -99,10 +120,19 @@ def create_checkpoint(
                     f"Checkpoint refused: worker {lease.worker_id!r} no longer holds work item "
                     f"{lease.work_item_id!r} with token {lease.token}."
                 )
-        elif item_id is not None and not execute(
-            using, "SELECT 1 AS found FROM work_items WHERE work_item_id = %s", [item_id]
-        ):
-            raise WorkItemNotFound(item_id)
+        elif item_id is not None:
+            found = execute(
+                using, "SELECT task_id FROM work_items WHERE work_item_id = %s", [item_id]
+            )
+            if not found:
+                raise WorkItemNotFound(item_id)
+            if found[0]["task_id"] != task_id:
+                # A checkpoint filed under another task would be invisible to
+                # that item's resume_state() and timeline.
+                raise InvalidInput(
+                    f"work item {item_id!r} belongs to task {found[0]['task_id']!r}, "
+                    f"not {task_id!r}."
+                )
         lock_task_sequence(using, task_id)
         rows = execute(
             using,
@@ -174,8 +204,14 @@ def cleanup_checkpoints(
     With `since`, only tasks that gained a checkpoint at or after that time are
     examined (the sweep passes the time of its previous cleanup, so a pass
     costs what changed, not the size of the table).
+
+    A task's newest checkpoint always survives (retention >= 1), so the next
+    `MAX(sequence_number) + 1` never reuses a number. On PostgreSQL the rows to
+    delete are locked with SKIP LOCKED: several sweeps cleaning at once split
+    the work instead of waiting for (or deadlocking on) each other.
     """
     retention = validation.integer("retention", retention, minimum=1)
+    d = Dialect(using)
     task_filter = ""
     params: list[Any] = []
     if since is not None:
@@ -183,23 +219,30 @@ def cleanup_checkpoints(
         task_filter = (
             "WHERE task_id IN (SELECT DISTINCT task_id FROM checkpoints WHERE created_at >= %s)"
         )
-        params.append(Dialect(using).datetime_param(since))
+        params.append(d.datetime_param(since))
     params.append(retention)
+    ranked = f"""
+        SELECT checkpoint_id FROM (
+            SELECT checkpoint_id,
+                   row_number() OVER (PARTITION BY task_id
+                                      ORDER BY sequence_number DESC) AS newest_first
+            FROM checkpoints {task_filter}
+        ) ranked
+        WHERE newest_first > %s
+    """
+    if d.is_postgres:
+        # FOR UPDATE cannot sit beside a window function, hence the extra level.
+        doomed = f"""
+            SELECT checkpoint_id FROM checkpoints
+            WHERE checkpoint_id IN ({ranked})
+            FOR UPDATE SKIP LOCKED
+        """
+    else:
+        doomed = ranked
     with translate_db_errors(), transaction.atomic(using=using):
         rows = execute(
             using,
-            f"""
-            DELETE FROM checkpoints WHERE checkpoint_id IN (
-                SELECT checkpoint_id FROM (
-                    SELECT checkpoint_id,
-                           row_number() OVER (PARTITION BY task_id
-                                              ORDER BY sequence_number DESC) AS newest_first
-                    FROM checkpoints {task_filter}
-                ) ranked
-                WHERE newest_first > %s
-            )
-            RETURNING checkpoint_id
-            """,
+            f"DELETE FROM checkpoints WHERE checkpoint_id IN ({doomed}) RETURNING checkpoint_id",
             params,
         )
     return len(rows)
@@ -211,5 +254,6 @@ __all__ = [
     "create_checkpoint",
     "latest_checkpoint",
     "lock_task_sequence",
+    "lock_task_sequences",
     "resume_state",
 ]

@@ -138,8 +138,38 @@ def database_now(using: str = "default") -> datetime:
 
 @contextlib.contextmanager
 def translate_db_errors() -> Iterator[None]:
-    """Turn a dropped or refused connection into `DatabaseUnavailable`."""
+    """Turn a dropped or refused connection into `DatabaseUnavailable`.
+
+    Only connection-level failures are translated: a deadlock, a lock timeout
+    or a bad statement stays the `DatabaseError` it is, so it is not mistaken
+    for an outage in the logs and in the callers' retry loops.
+    """
     try:
         yield
-    except (OperationalError, InterfaceError) as exc:
+    except InterfaceError as exc:
         raise DatabaseUnavailable(f"Database unavailable: {exc}") from exc
+    except OperationalError as exc:
+        if is_connection_error(exc):
+            raise DatabaseUnavailable(f"Database unavailable: {exc}") from exc
+        raise
+
+
+# SQLSTATE classes of a lost or refused connection: 08 (connection exception)
+# and the server shutting down or refusing to start one.
+_CONNECTION_SQLSTATES = ("08", "57P01", "57P02", "57P03")
+_SQLITE_UNAVAILABLE = ("unable to open", "disk i/o error", "database is locked")
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether a driver error means the database is unreachable, not the statement wrong."""
+    cause = exc.__cause__ or exc
+    sqlstate = getattr(cause, "sqlstate", "missing")
+    if sqlstate != "missing":  # psycopg
+        # No SQLSTATE: the server never answered (refused, reset, timed out).
+        return sqlstate is None or str(sqlstate).startswith(_CONNECTION_SQLSTATES)
+    message = str(cause).lower()
+    if any(marker in message for marker in _SQLITE_UNAVAILABLE):
+        return True
+    # psycopg errors raised before reaching a server carry no SQLSTATE attribute
+    # value; anything else from a driver we do not know is treated as an outage.
+    return type(cause).__module__.split(".")[0] not in ("sqlite3",)

@@ -246,8 +246,16 @@ def handler(
 
 
 def autodiscover() -> None:
-    """Import `handlers` of every installed app, then `LEASING["HANDLERS"]`."""
+    """Import `handlers` of every installed app, then `LEASING["HANDLERS"]`.
+
+    When a `TASKS` backend is `leasing.tasks.LeasingBackend`, the handler that
+    runs Django `@task` functions is registered too.
+    """
+    from .tasks import register_task_handler, uses_leasing_backend
+
     autodiscover_modules("handlers")
+    if uses_leasing_backend():
+        register_task_handler()
     registry.reset_settings()
 
 

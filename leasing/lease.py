@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -58,6 +58,13 @@ class Lease:
     @property
     def id(self) -> str:
         return self.work_item_id
+
+
+@dataclass(frozen=True, slots=True)
+class _ClaimStatement:
+    ctes: str
+    sqlite_sql: str
+    params: list[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +167,122 @@ class LeaseManager:
         work_type_filter: str | Sequence[str] | None = None,
         task_id_filter: str | None = None,
         queue_filter: str | Sequence[str] | None = None,
+        *,
+        lease_durations: Mapping[str, float] | None = None,
     ) -> list[Lease]:
-        """Claim up to `n` items in one statement, in claim order."""
+        """Claim up to `n` items in one statement, in claim order.
+
+        `lease_durations` gives some work types their own lease duration
+        (`lease_duration_seconds` is the rest's), still in one statement.
+        """
+        claim = self._claim_statement(
+            n,
+            lease_duration_seconds,
+            work_type_filter,
+            task_id_filter,
+            queue_filter,
+            lease_durations,
+        )
+        d = Dialect(self.using)
+        if d.is_postgres:
+            sql = f"""
+                WITH {claim.ctes}
+                SELECT {_RETURNING} FROM claimed
+            """
+        else:
+            sql = claim.sqlite_sql
+        # One statement is its own transaction; inside a caller's atomic()
+        # block it joins that transaction instead.
+        rows = execute(self.using, sql, claim.params)
+        return self._leases_from_rows(rows)
+
+    def complete_and_acquire(
+        self,
+        results: Sequence[tuple[str, str | None]],
+        n: int,
+        lease_duration_seconds: float | None = None,
+        work_type_filter: str | Sequence[str] | None = None,
+        task_id_filter: str | None = None,
+        queue_filter: str | Sequence[str] | None = None,
+        *,
+        lease_durations: Mapping[str, float] | None = None,
+    ) -> tuple[list[str], list[str], list[Lease]]:
+        """Complete finished items and claim new ones in one round trip.
+
+        On PostgreSQL both are data-modifying CTEs of one statement, so a busy
+        worker pays one commit per batch instead of two per item; they touch
+        disjoint rows (held `in_progress` vs `pending`). Same fencing as
+        `complete_many()` and `acquire_leases()`. Returns
+        `(completed_ids, lost_ids, new_leases)`.
+        """
+        if not results or not Dialect(self.using).is_postgres:
+            completed, lost = self.complete_many(results)
+            leases = self.acquire_leases(
+                n,
+                lease_duration_seconds,
+                work_type_filter,
+                task_id_filter,
+                queue_filter,
+                lease_durations=lease_durations,
+            )
+            return completed, lost, leases
+        claim = self._claim_statement(
+            n,
+            lease_duration_seconds,
+            work_type_filter,
+            task_id_filter,
+            queue_filter,
+            lease_durations,
+        )
+        tokens, lost = self._tokens_for(results)
+        todo = [(item_id, output) for item_id, output in results if item_id in tokens]
+        d = Dialect(self.using)
+        nulls = ", ".join(["NULL"] * (len(_RETURNING.split(",")) - 1))
+        rows = execute(
+            self.using,
+            f"""
+            WITH done AS (
+                UPDATE work_items AS w
+                SET status = 'completed', output_data = v.output::jsonb,
+                    error_message = NULL, lease_holder = NULL, lease_expires_at = NULL,
+                    completed_at = {d.now}, updated_at = {d.now}
+                FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
+                WHERE w.work_item_id = v.id AND w.lease_token = v.token
+                  AND w.lease_holder = %s AND w.status = 'in_progress'
+                RETURNING w.work_item_id
+            ),
+            {claim.ctes}
+            SELECT 'claimed' AS kind, {_RETURNING} FROM claimed
+            UNION ALL
+            SELECT 'done', work_item_id, {nulls} FROM done
+            """,
+            [
+                [item_id for item_id, _ in todo],
+                [tokens[item_id] for item_id, _ in todo],
+                [output for _, output in todo],
+                self.worker_id,
+                *claim.params,
+            ],
+        )
+        completed = [row["work_item_id"] for row in rows if row["kind"] == "done"]
+        done = set(completed)
+        lost += [item_id for item_id, _ in todo if item_id not in done]
+        with self._lock:
+            for item_id, _ in results:
+                self._held.pop(item_id, None)
+        leases = self._leases_from_rows([row for row in rows if row["kind"] == "claimed"])
+        return completed, lost, leases
+
+    def _claim_statement(
+        self,
+        n: int,
+        lease_duration_seconds: float | None,
+        work_type_filter: str | Sequence[str] | None,
+        task_id_filter: str | None,
+        queue_filter: str | Sequence[str] | None,
+        lease_durations: Mapping[str, float] | None = None,
+    ) -> _ClaimStatement:
+        """The validated claim: CTEs `candidate` + `claimed` (PostgreSQL) or one UPDATE."""
         n = validation.integer("n", n, minimum=1, maximum=MAX_BATCH)
         duration = validation.positive_seconds(
             "lease_duration_seconds",
@@ -190,18 +311,34 @@ class LeaseManager:
                 filters.append(f"AND {clause}")
                 filter_params += params
         where = " ".join(filters)
+        expiry_sql = d.now_plus()
+        expiry_params: list[Any] = [d.seconds(duration)]
+        overrides = {
+            validation.non_empty_text("lease_durations key", work_type): (
+                validation.positive_seconds(f"lease_durations[{work_type!r}]", seconds)
+            )
+            for work_type, seconds in (lease_durations or {}).items()
+        }
+        overrides = {t: s for t, s in overrides.items() if s != duration}
+        if overrides:
+            whens = " ".join(f"WHEN %s THEN {d.now_plus()}" for _ in overrides)
+            expiry_sql = f"CASE work_type {whens} ELSE {d.now_plus()} END"
+            expiry_params = [
+                *(value for t, s in overrides.items() for value in (t, d.seconds(s))),
+                d.seconds(duration),
+            ]
         set_clause = f"""
             status = 'in_progress',
             lease_holder = %s,
             lease_token = lease_token + 1,
             lease_acquired_at = {d.now},
-            lease_expires_at = {d.now_plus()},
+            lease_expires_at = {expiry_sql},
             heartbeat_at = {d.now},
             progress_at = NULL,
             started_at = COALESCE(started_at, {d.now}),
             updated_at = {d.now}
         """
-        set_params = [self.worker_id, d.seconds(duration)]
+        set_params = [self.worker_id, *expiry_params]
         candidates = f"""
             SELECT work_item_id FROM work_items
             WHERE status = 'pending'
@@ -210,36 +347,50 @@ class LeaseManager:
             ORDER BY priority DESC, created_at, work_item_id
             LIMIT %s
         """
-        if d.is_postgres:
-            # The candidate rows are locked and skipped by concurrent claimers,
-            # so no two claims can pick the same row and none waits.
-            sql = f"""
-                WITH candidate AS ({candidates} FOR UPDATE SKIP LOCKED)
+        # PostgreSQL: the candidate rows are locked and skipped by concurrent
+        # claimers, so no two claims can pick the same row and none waits.
+        ctes = f"""
+            candidate AS ({candidates} FOR UPDATE SKIP LOCKED),
+            claimed AS (
                 UPDATE work_items SET {set_clause}
                 FROM candidate
                 WHERE work_items.work_item_id = candidate.work_item_id
                 RETURNING {", ".join("work_items." + c.strip() for c in _RETURNING.split(","))}
-            """
-            params = [*filter_params, n, *set_params]
-        else:
-            # SQLite has one writer at a time; the status re-check makes the
-            # UPDATE a compare-and-swap even if the subquery saw an older row.
-            sql = f"""
-                UPDATE work_items SET {set_clause}
-                WHERE work_item_id IN ({candidates}) AND status = 'pending'
-                RETURNING {_RETURNING}
-            """
-            params = [*set_params, *filter_params, n]
+            )
+        """
+        # SQLite has one writer at a time; the status re-check makes the
+        # UPDATE a compare-and-swap even if the subquery saw an older row.
+        sqlite_sql = f"""
+            UPDATE work_items SET {set_clause}
+            WHERE work_item_id IN ({candidates}) AND status = 'pending'
+            RETURNING {_RETURNING}
+        """
+        return _ClaimStatement(
+            ctes=ctes,
+            sqlite_sql=sqlite_sql,
+            params=(
+                [*filter_params, n, *set_params]
+                if d.is_postgres
+                else [*set_params, *filter_params, n]
+            ),
+        )
 
-        # One statement is its own transaction; inside a caller's atomic()
-        # block it joins that transaction instead.
-        rows = execute(self.using, sql, params)
+    def _leases_from_rows(self, rows: list[dict[str, Any]]) -> list[Lease]:
         leases = sorted(
             (self._lease_from_row(row) for row in rows),
             key=lambda lease: (-lease.priority, lease.created_at, lease.work_item_id),
         )
         self._remember(leases)
         return leases
+
+    def _tokens_for(self, results: Sequence[tuple[str, Any]]) -> tuple[dict[str, int], list[str]]:
+        with self._lock:
+            tokens = {
+                item_id: self._held[item_id].token
+                for item_id, _ in results
+                if item_id in self._held
+            }
+        return tokens, [item_id for item_id, _ in results if item_id not in tokens]
 
     def _lease_from_row(self, row: dict[str, Any]) -> Lease:
         return Lease(
@@ -507,6 +658,69 @@ class LeaseManager:
             retry_count=row["retry_count"],
             run_after=to_datetime(row["run_after"]),
         )
+
+    def complete_many(
+        self, results: Sequence[tuple[str, str | None]]
+    ) -> tuple[list[str], list[str]]:
+        """Complete many held leases in one statement.
+
+        `results` holds `(work_item_id, output_json)` pairs, the output already
+        encoded (and size-checked) by `validation.payload`. Each row is fenced
+        like `release_lease`; returns `(completed_ids, lost_ids)`, where lost
+        ids are leases that moved on (their results are discarded).
+        """
+        if not results:
+            return [], []
+        tokens, lost = self._tokens_for(results)
+        todo = [(item_id, output) for item_id, output in results if item_id in tokens]
+        d = Dialect(self.using)
+        completed: list[str] = []
+        for start in range(0, len(todo), MAX_BATCH):
+            chunk = todo[start : start + MAX_BATCH]
+            if d.is_postgres:
+                rows = execute(
+                    self.using,
+                    f"""
+                    UPDATE work_items AS w
+                    SET status = 'completed', output_data = v.output::jsonb,
+                        error_message = NULL, lease_holder = NULL, lease_expires_at = NULL,
+                        completed_at = {d.now}, updated_at = {d.now}
+                    FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
+                    WHERE w.work_item_id = v.id AND w.lease_token = v.token
+                      AND w.lease_holder = %s AND w.status = 'in_progress'
+                    RETURNING w.work_item_id
+                    """,
+                    [
+                        [item_id for item_id, _ in chunk],
+                        [tokens[item_id] for item_id, _ in chunk],
+                        [output for _, output in chunk],
+                        self.worker_id,
+                    ],
+                )
+                completed += [row["work_item_id"] for row in rows]
+            else:
+                with transaction.atomic(using=self.using):
+                    for item_id, output in chunk:
+                        if execute(
+                            self.using,
+                            f"""
+                            UPDATE work_items
+                            SET status = 'completed', output_data = %s, error_message = NULL,
+                                lease_holder = NULL, lease_expires_at = NULL,
+                                completed_at = {d.now}, updated_at = {d.now}
+                            WHERE work_item_id = %s AND lease_holder = %s AND lease_token = %s
+                              AND status = 'in_progress'
+                            RETURNING work_item_id
+                            """,
+                            [output, item_id, self.worker_id, tokens[item_id]],
+                        ):
+                            completed.append(item_id)
+        done = set(completed)
+        lost += [item_id for item_id, _ in todo if item_id not in done]
+        with self._lock:
+            for item_id, _ in results:
+                self._held.pop(item_id, None)
+        return completed, lost
 
     def requeue_lease(self, work_item_id: str, *, token: int | None = None) -> bool:
         """Give a held item back to `pending` without counting a retry.

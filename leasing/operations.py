@@ -148,7 +148,7 @@ def apply_action(
             f"""
             SELECT task_id, status, lease_holder, lease_token, lease_expires_at, retry_count
             FROM work_items WHERE work_item_id = %s
-            {"FOR UPDATE" if d.is_postgres else ""}
+            {"FOR NO KEY UPDATE" if d.is_postgres else ""}
             """,
             [work_item_id],
         )

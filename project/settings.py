@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_q",
     "leasing",
+    "project.demo",
 ]
 
 MIDDLEWARE = [
@@ -85,7 +86,9 @@ def _database_from_url(url: str) -> dict:
         }
         # A file (not :memory:) so that threads and worker subprocesses of the
         # tests share one database.
-        config["TEST"] = {"NAME": str(BASE_DIR / ".test-db.sqlite3")}
+        config["TEST"] = {
+            "NAME": os.environ.get("SQLITE_TEST_NAME", str(BASE_DIR / ".test-db.sqlite3"))
+        }
     return config
 
 
@@ -116,6 +119,15 @@ LOGIN_URL = "admin:login"
 
 # The app's own settings (SPEC §5); every key is optional.
 LEASING: dict = {}
+
+# Django's Tasks framework runs @task functions on leasing workers. An empty
+# QUEUES list accepts any queue name.
+TASKS = {
+    "default": {
+        "BACKEND": "leasing.tasks.LeasingBackend",
+        "QUEUES": [],
+    }
+}
 
 # django-q2: only used when the sweep is scheduled with `recoverysweep --schedule`.
 Q_CLUSTER = {

@@ -28,7 +28,7 @@ def _vendor() -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -133,7 +133,7 @@ def subprocess_env() -> dict[str, str]:
     """Environment for a subprocess that uses the test database."""
     env = dict(os.environ)
     env["DATABASE_URL"] = database_url()
-    env["DJANGO_SETTINGS_MODULE"] = "project.settings"
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     return env

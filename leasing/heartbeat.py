@@ -1,0 +1,409 @@
+"""Heartbeats: keeping leases alive while work runs (SPEC §7).
+
+Two ways to keep a lease:
+
+* `HeartbeatThread` renews one lease on a timer, whatever the handler does
+  (`thread` mode). It works for any code, including code that never reports
+  progress; a worker whose process dies stops renewing, which is what the
+  sweep needs.
+* `Heartbeat` + `LeaseExtender` renew only on proof of work (`beat` mode): the
+  handler calls `beat()` as it makes progress and the extender extends the
+  lease at most once per interval. A handler that is stuck stops beating and
+  its lease runs out, so a stuck worker is recovered and a slow but working
+  one is not.
+
+`LeaseRenewer` is what the worker runtime uses in `thread` mode: one thread per
+worker process renewing all of that worker's leases in one statement per
+interval, instead of a thread and a connection per item.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError, connections
+
+from . import validation
+from .conf import get_settings
+from .exceptions import (
+    DatabaseUnavailable,
+    InvalidInput,
+    LeaseConflictError,
+    LeaseExpiredError,
+)
+
+if TYPE_CHECKING:
+    from .lease import Lease, LeaseManager
+
+logger = logging.getLogger(__name__)
+
+LeaseLostCallback = Callable[[str, BaseException], None]
+
+
+def _close_thread_connection(using: str) -> None:
+    # Django connections are per thread: this closes this thread's own.
+    with contextlib.suppress(Exception):
+        connections[using].close()
+
+
+class HeartbeatThread:
+    """Renew one lease every `interval_seconds` on a daemon thread (SPEC §7.1).
+
+    The thread uses its own database connection and closes it when it ends.
+    On `LeaseExpiredError` / `LeaseConflictError`, or after `max_failures`
+    consecutive transient errors, it stops and calls
+    `on_lease_lost(work_item_id, error)`.
+    """
+
+    def __init__(
+        self,
+        lease_manager: LeaseManager,
+        work_item_id: str,
+        interval_seconds: float = 30.0,
+        lease_duration_seconds: float = 300.0,
+        max_failures: int = 3,
+        on_lease_lost: LeaseLostCallback | None = None,
+        *,
+        progress: Heartbeat | None = None,
+    ) -> None:
+        self.interval = validation.positive_seconds("interval_seconds", interval_seconds)
+        self.lease_duration = validation.positive_seconds(
+            "lease_duration_seconds", lease_duration_seconds
+        )
+        validation.heartbeat_below_lease(self.interval, self.lease_duration)
+        self.max_failures = validation.integer("max_failures", max_failures, minimum=1)
+        self.lease_manager = lease_manager
+        self.work_item_id = validation.non_empty_text("work_item_id", work_item_id)
+        self.on_lease_lost = on_lease_lost
+        self.progress = progress
+        self.renewals = 0
+        self.consecutive_failures = 0
+        self.lost_error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> HeartbeatThread:
+        if self._thread is not None:
+            raise RuntimeError("HeartbeatThread can only be started once.")
+        self._thread = threading.Thread(
+            target=self._run, name=f"heartbeat-{self.work_item_id}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, wait: bool = True, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if wait and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                if self._renew_once():
+                    return
+        finally:
+            _close_thread_connection(self.lease_manager.using)
+
+    def _renew_once(self) -> bool:
+        """Renew; True when the thread must stop because the lease is lost."""
+        age = self.progress.elapsed() if self.progress and self.progress.beats else None
+        try:
+            self.lease_manager.renew_lease(
+                self.work_item_id, self.lease_duration, progress_age_seconds=age
+            )
+        except (LeaseExpiredError, LeaseConflictError) as exc:
+            self._lose(exc)
+            return True
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            self.consecutive_failures += 1
+            logger.warning(
+                "heartbeat for %s failed (%d/%d): %s",
+                self.work_item_id,
+                self.consecutive_failures,
+                self.max_failures,
+                exc,
+            )
+            # A broken connection must not be reused for the next attempt.
+            _close_thread_connection(self.lease_manager.using)
+            if self.consecutive_failures >= self.max_failures:
+                self._lose(exc)
+                return True
+            return False
+        self.consecutive_failures = 0
+        self.renewals += 1
+        return False
+
+    def _lose(self, error: BaseException) -> None:
+        self.lost_error = error
+        logger.warning("lease on %s lost: %s", self.work_item_id, error)
+        if self.on_lease_lost is not None:
+            try:
+                self.on_lease_lost(self.work_item_id, error)
+            except Exception:  # a broken callback must not kill the heartbeat silently
+                logger.exception("on_lease_lost callback failed for %s", self.work_item_id)
+
+
+def start_heartbeat(
+    lease_manager: LeaseManager,
+    work_item_id: str,
+    interval_seconds: float | None = None,
+    lease_duration_seconds: float | None = None,
+    max_failures: int | None = None,
+    on_lease_lost: LeaseLostCallback | None = None,
+) -> HeartbeatThread:
+    """Create and start a `HeartbeatThread` with the `LEASING` defaults."""
+    conf = get_settings()
+    return HeartbeatThread(
+        lease_manager,
+        work_item_id,
+        interval_seconds=conf.heartbeat_interval if interval_seconds is None else interval_seconds,
+        lease_duration_seconds=(
+            conf.lease_duration if lease_duration_seconds is None else lease_duration_seconds
+        ),
+        max_failures=conf.heartbeat_max_failures if max_failures is None else max_failures,
+        on_lease_lost=on_lease_lost,
+    ).start()
+
+
+class Heartbeat:
+    """Proof of progress: a handler calls `beat()` whenever it gets something done.
+
+    Thread-safe; times come from the monotonic clock, so wall-clock jumps do not
+    fake progress. `on_beat` is called after each beat, outside the lock, so a
+    slow callback (a lease extension) never blocks other beats' bookkeeping.
+    """
+
+    def __init__(self, on_beat: Callable[[], None] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._beats = 0
+        self.on_beat = on_beat
+
+    def beat(self) -> None:
+        with self._lock:
+            self._last = time.monotonic()
+            self._beats += 1
+            callback = self.on_beat
+        if callback is not None:
+            callback()
+
+    def elapsed(self) -> float:
+        """Seconds since the last beat (or since creation, before the first)."""
+        with self._lock:
+            return time.monotonic() - self._last
+
+    @property
+    def beats(self) -> int:
+        with self._lock:
+            return self._beats
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseExtenderConfig:
+    """Proof-of-work extension: at most one extension per `interval` seconds."""
+
+    interval: float = 60.0
+    extension: float = 300.0
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        validation.positive_seconds("interval", self.interval)
+        validation.positive_seconds("extension", self.extension)
+        if self.interval >= self.extension:
+            raise InvalidInput(
+                f"interval ({self.interval:g}s) must be below extension ({self.extension:g}s), "
+                "or a beating handler's lease runs out between two extensions."
+            )
+        if not isinstance(self.enabled, bool):
+            raise InvalidInput(f"enabled must be True or False, got {self.enabled!r}.")
+
+    @classmethod
+    def from_settings(cls) -> LeaseExtenderConfig:
+        conf = get_settings()
+        return cls(
+            interval=conf.extender_interval,
+            extension=conf.extender_extension,
+            enabled=conf.extender_enabled,
+        )
+
+
+class LeaseExtender:
+    """Extends a lease when its handler beats, at most once per interval (SPEC §7.2).
+
+        extender = LeaseExtender(LeaseExtenderConfig(interval=60, extension=300))
+        with extender.attach(lease, heartbeat):
+            run_handler()
+
+    The extension runs in the beating thread (with its connection). A lost
+    lease is logged and reported through `on_lease_lost`, never raised into
+    the handler's `beat()`.
+    """
+
+    def __init__(
+        self,
+        config: LeaseExtenderConfig | None = None,
+        *,
+        using: str = "default",
+        on_lease_lost: LeaseLostCallback | None = None,
+    ) -> None:
+        self.config = config or LeaseExtenderConfig.from_settings()
+        self.using = using
+        self.on_lease_lost = on_lease_lost
+        self.extensions = 0
+        self.lost_error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._last_extension: float | None = None
+
+    @contextlib.contextmanager
+    def attach(self, lease: Lease, heartbeat: Heartbeat) -> Iterator[LeaseExtender]:
+        from .lease import LeaseManager
+
+        manager = LeaseManager(lease.worker_id, using=self.using)
+        previous = heartbeat.on_beat
+        # The claim itself is the first "extension": the interval runs from now.
+        self._last_extension = time.monotonic()
+
+        def on_beat() -> None:
+            if previous is not None:
+                previous()
+            self._maybe_extend(manager, lease)
+
+        heartbeat.on_beat = on_beat
+        try:
+            yield self
+        finally:
+            heartbeat.on_beat = previous
+
+    def _maybe_extend(self, manager: LeaseManager, lease: Lease) -> None:
+        if not self.config.enabled or self.lost_error is not None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if (
+                self._last_extension is not None
+                and now - self._last_extension < self.config.interval
+            ):
+                return
+            self._last_extension = now
+        try:
+            manager.renew_lease(
+                lease.work_item_id,
+                self.config.extension,
+                token=lease.token,
+                progress_age_seconds=0.0,
+            )
+        except (LeaseExpiredError, LeaseConflictError) as exc:
+            self.lost_error = exc
+            logger.warning("lease on %s lost during extension: %s", lease.work_item_id, exc)
+            if self.on_lease_lost is not None:
+                self.on_lease_lost(lease.work_item_id, exc)
+            return
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            # Transient: the next beat after the interval tries again.
+            logger.warning("lease extension for %s failed: %s", lease.work_item_id, exc)
+            _close_thread_connection(self.using)
+            return
+        with self._lock:
+            self.extensions += 1
+
+
+class LeaseRenewer:
+    """One thread per worker process renewing every `thread`-mode lease it holds.
+
+    Each interval it renews all of them with one statement per lease duration
+    (`LeaseManager.renew_leases`), records handlers' progress as `progress_at`,
+    and calls `on_tick()` (the worker refreshes its `workers` row there). Leases
+    the database no longer shows as held are reported through `on_lease_lost`;
+    after `max_failures` consecutive failed rounds every lease is reported lost,
+    as its holder can no longer prove it is alive.
+    """
+
+    def __init__(
+        self,
+        lease_manager: LeaseManager,
+        *,
+        interval_seconds: float,
+        tracked: Callable[[], dict[str, tuple[float, Heartbeat | None]]],
+        on_lease_lost: LeaseLostCallback,
+        on_tick: Callable[[], None] | None = None,
+        max_failures: int = 3,
+    ) -> None:
+        self.lease_manager = lease_manager
+        self.interval = validation.positive_seconds("interval_seconds", interval_seconds)
+        self.tracked = tracked
+        self.on_lease_lost = on_lease_lost
+        self.on_tick = on_tick
+        self.max_failures = validation.integer("max_failures", max_failures, minimum=1)
+        self.consecutive_failures = 0
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> LeaseRenewer:
+        self._thread = threading.Thread(target=self._run, name="lease-renewer", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, wait: bool = True, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if wait and self._thread is not None:
+            self._thread.join(timeout)
+
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._wake.wait(self.interval)
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
+                self.renew_now()
+        finally:
+            _close_thread_connection(self.lease_manager.using)
+
+    def renew_now(self) -> None:
+        """One renewal round (also called directly by tests)."""
+        tracked = self.tracked()
+        by_duration: dict[float, list[str]] = {}
+        ages: dict[str, float] = {}
+        for item_id, (duration, progress) in tracked.items():
+            by_duration.setdefault(duration, []).append(item_id)
+            if progress is not None and progress.beats:
+                ages[item_id] = progress.elapsed()
+        try:
+            for duration, ids in by_duration.items():
+                _renewed, lost = self.lease_manager.renew_leases(ids, duration, progress_ages=ages)
+                for item_id in lost:
+                    self.on_lease_lost(
+                        item_id, LeaseExpiredError(f"lease on {item_id} expired or moved on")
+                    )
+            if self.on_tick is not None:
+                self.on_tick()
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            self.consecutive_failures += 1
+            logger.warning(
+                "lease renewal round failed (%d/%d): %s",
+                self.consecutive_failures,
+                self.max_failures,
+                exc,
+            )
+            _close_thread_connection(self.lease_manager.using)
+            if self.consecutive_failures >= self.max_failures:
+                for item_id in tracked:
+                    self.on_lease_lost(item_id, exc)
+            return
+        self.consecutive_failures = 0
+        self.rounds += 1

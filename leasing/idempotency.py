@@ -1,0 +1,387 @@
+"""Idempotency keys: run a side effect once per key, even when its item runs twice (SPEC §10).
+
+    from leasing.idempotency import run_once
+
+    receipt = run_once(
+        f"charge:{order_id}", {"order": order_id, "amount": 1200},
+        lambda: payments.charge(order_id, 1200),
+        work_item=lease.work_item_id,
+    )
+
+The key's row is claimed first (a `pending` INSERT ... ON CONFLICT DO NOTHING,
+so exactly one caller wins), `fn` runs outside any transaction, and its
+response is stored with the row `completed`. A second call with the same key
+and the same request gets the stored response without running `fn`; with a
+different request it gets `IdempotencyConflict`. A `failed` or expired key runs
+again. A `pending` key belongs to the run that claimed it: while that run is
+alive others get `IdempotencyInProgress` (or wait for it with `wait_seconds`);
+once it is gone, the next caller takes the key over with a compare-and-swap.
+
+A pending key's owner is alive when:
+
+- the key names a work item (`work_item=`): that item is still `in_progress`,
+  its lease has not expired, and it was not claimed again after the key was
+  created (a retry of the same item after a crash is a new owner);
+- otherwise: the key is younger than `LEASING["LEASE_DURATION"]`.
+
+Every time comes from the database clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.db import connections
+from django.db.transaction import TransactionManagementError
+
+from . import validation
+from .conf import get_settings
+from .db import Dialect, execute, load_json
+from .exceptions import (
+    IdempotencyConflict,
+    IdempotencyInProgress,
+    InvalidDuration,
+    InvalidIdempotencyKey,
+    InvalidInput,
+    PayloadNotSerializable,
+    WorkItemNotFound,
+)
+from .models import IdempotencyStatus, WorkItem
+
+logger = logging.getLogger(__name__)
+
+MAX_KEY_LENGTH = 255
+# How often a waiting caller looks at a pending key again.
+POLL_INTERVAL = 0.05
+# Claims retried when a concurrent caller changes the row between our reads.
+MAX_CLAIM_ATTEMPTS = 10
+
+
+def request_hash(request: Any) -> str:
+    """`sha256:<hex>` of the canonical JSON of `request` (sorted keys, no spaces)."""
+    try:
+        canonical = json.dumps(
+            request, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise PayloadNotSerializable(f"request is not JSON-serializable: {exc}") from exc
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def validate_key(key: Any) -> str:
+    """A non-empty string of at most 255 characters, else `InvalidIdempotencyKey`."""
+    if not isinstance(key, str) or not key.strip():
+        raise InvalidIdempotencyKey(f"idempotency key must be a non-empty string, got {key!r}.")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidIdempotencyKey(
+            f"idempotency key must be at most {MAX_KEY_LENGTH} characters, got {len(key)}."
+        )
+    if "\x00" in key:
+        raise InvalidIdempotencyKey("idempotency key must not contain NUL characters.")
+    return key
+
+
+def _ttl_seconds(ttl: timedelta | float | None) -> float:
+    if ttl is None:
+        return get_settings().idempotency_ttl
+    if isinstance(ttl, timedelta):
+        ttl = ttl.total_seconds()
+    try:
+        return validation.positive_seconds("ttl", ttl)
+    except InvalidDuration as exc:
+        raise InvalidDuration(f"{exc} (a timedelta or a number of seconds)") from None
+
+
+def _ensure_outside_transaction(using: str) -> None:
+    """Refuse to run inside `transaction.atomic()`.
+
+    Inside a transaction the pending row stays invisible to other processes
+    until the caller commits, so it could not keep a concurrent caller out,
+    and a rollback after `fn` ran would forget that the side effect happened.
+    Test cases' own wrapping transaction (pytest-django's `db`) is allowed.
+    """
+    connection = connections[using]
+    if connection.in_atomic_block and not all(
+        getattr(block, "_from_testcase", False) for block in connection.atomic_blocks
+    ):
+        raise TransactionManagementError(
+            "run_once() must be called outside transaction.atomic(): its claim has to "
+            "commit before fn() runs, and fn()'s effect must not be rolled back with yours."
+        )
+
+
+def run_once(
+    key: str,
+    request: Any,
+    fn: Callable[[], Any],
+    task_id: str | None = None,
+    work_item: WorkItem | str | None = None,
+    ttl: timedelta | float | None = None,
+    *,
+    wait_seconds: float = 0.0,
+    using: str = "default",
+) -> Any:
+    """Run `fn()` at most once per `key` and return its (stored) response.
+
+    `request` identifies what `fn` does; reusing a key for a different request
+    raises `IdempotencyConflict`. The response must be JSON-serializable; the
+    value returned is always the JSON round trip of it, the first time as on
+    every replay. `ttl` (a timedelta or seconds; default `LEASING
+    ["IDEMPOTENCY_TTL"]`, 24 h) is how long the key is remembered. With
+    `wait_seconds`, a caller that finds the key pending under a live run waits
+    up to that long for it to finish instead of raising `IdempotencyInProgress`.
+
+    If `fn` raises, the key is marked `failed` (so a later call runs it again)
+    and the exception propagates.
+    """
+    key = validate_key(key)
+    digest = request_hash(request)
+    if not callable(fn):
+        raise InvalidInput(f"fn must be callable, got {fn!r}.")
+    if task_id is not None:
+        task_id = validation.non_empty_text("task_id", task_id)
+    item_id: str | None = None
+    if isinstance(work_item, WorkItem):
+        item_id = work_item.work_item_id
+        task_id = task_id or work_item.task_id
+    elif work_item is not None:
+        item_id = validation.non_empty_text("work_item", work_item)
+    ttl_seconds = _ttl_seconds(ttl)
+    if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, int | float):
+        raise InvalidDuration(f"wait_seconds must be a number, got {wait_seconds!r}.")
+    if not math.isfinite(wait_seconds) or wait_seconds < 0:
+        raise InvalidDuration(
+            f"wait_seconds must be a finite, non-negative number, got {wait_seconds!r}."
+        )
+    _ensure_outside_transaction(using)
+    if item_id is not None and not execute(
+        using, "SELECT 1 AS found FROM work_items WHERE work_item_id = %s", [item_id]
+    ):
+        raise WorkItemNotFound(item_id)
+
+    claim = _Claim(key, digest, task_id, item_id, ttl_seconds, using)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        outcome = claim.acquire()
+        if outcome is not _IN_PROGRESS:
+            break
+        if time.monotonic() >= deadline:
+            raise IdempotencyInProgress(
+                f"idempotency key {key!r} is being processed by another live run."
+            )
+        time.sleep(min(POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
+    if isinstance(outcome, _Cached):
+        return outcome.response
+
+    ours = outcome  # the claimed row's created_at: our compare-and-swap token
+    try:
+        response = fn()
+    except BaseException:
+        claim.finish(ours, IdempotencyStatus.FAILED, None)
+        raise
+    try:
+        encoded = validation.payload("response", response)
+    except InvalidInput:
+        # The effect happened but cannot be stored; failing the key is the
+        # honest record (a retry will run it again), and the bug is surfaced.
+        claim.finish(ours, IdempotencyStatus.FAILED, None)
+        raise
+    claim.finish(ours, IdempotencyStatus.COMPLETED, encoded)
+    return None if encoded is None else json.loads(encoded)
+
+
+class _Cached:
+    __slots__ = ("response",)
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+
+
+_IN_PROGRESS = object()
+
+
+class _Claim:
+    """The statements of one `run_once()` call against one key."""
+
+    def __init__(
+        self,
+        key: str,
+        digest: str,
+        task_id: str | None,
+        item_id: str | None,
+        ttl_seconds: float,
+        using: str,
+    ) -> None:
+        self.key = key
+        self.digest = digest
+        self.task_id = task_id
+        self.item_id = item_id
+        self.ttl_seconds = ttl_seconds
+        self.using = using
+        self.d = Dialect(using)
+        # The claim's identity is the row's created_at, compared exactly. SQLite
+        # stores it as text and Django would parse it (and re-format it with
+        # other precision) when read back; the text itself round-trips.
+        self.created = "created_at" if self.d.is_postgres else "CAST(created_at AS TEXT)"
+
+    def acquire(self) -> Any:
+        """Claim the key: its new `created_at` (ours), a `_Cached` response, or `_IN_PROGRESS`.
+
+        Raises `IdempotencyConflict` for a live key made for another request.
+        """
+        d = self.d
+        for _attempt in range(MAX_CLAIM_ATTEMPTS):
+            inserted = execute(
+                self.using,
+                f"""
+                INSERT INTO idempotency_keys (idempotency_key, task_id, work_item_id,
+                                              request_hash, response_data, status,
+                                              created_at, completed_at, expires_at)
+                VALUES (%s, %s, %s, %s, NULL, 'pending', {d.now}, NULL, {d.now_plus()})
+                ON CONFLICT (idempotency_key) DO NOTHING
+                RETURNING {self.created} AS claim
+                """,
+                [self.key, self.task_id, self.item_id, self.digest, d.seconds(self.ttl_seconds)],
+            )
+            if inserted:
+                return inserted[0]["claim"]
+            row = self._read()
+            if row is None:
+                continue  # deleted (expired) since our INSERT; try again
+            if row["expired"]:
+                taken = self._take_over(row)
+            elif row["request_hash"] != self.digest:
+                raise IdempotencyConflict(
+                    f"idempotency key {self.key!r} was used for a different request "
+                    f"({row['request_hash']}, not {self.digest})."
+                )
+            elif row["status"] == IdempotencyStatus.COMPLETED:
+                return _Cached(load_json(row["response_data"]))
+            elif row["status"] == IdempotencyStatus.FAILED or not row["owner_alive"]:
+                if row["status"] == IdempotencyStatus.PENDING:
+                    logger.warning(
+                        "idempotency key %r: its pending run is gone; taking it over", self.key
+                    )
+                taken = self._take_over(row)
+            else:
+                return _IN_PROGRESS
+            if taken is not None:
+                return taken
+        # Every attempt lost a race to a concurrent caller: someone else is on it.
+        return _IN_PROGRESS
+
+    def _read(self) -> dict[str, Any] | None:
+        d = self.d
+        rows = execute(
+            self.using,
+            f"""
+            SELECT k.status, k.request_hash, k.response_data,
+                   {"k.created_at" if d.is_postgres else "CAST(k.created_at AS TEXT)"} AS claim,
+                   CASE WHEN k.expires_at IS NOT NULL AND k.expires_at <= {d.now}
+                        THEN 1 ELSE 0 END AS expired,
+                   CASE WHEN k.status <> 'pending' THEN 0
+                        WHEN k.work_item_id IS NULL THEN
+                            CASE WHEN k.created_at > {d.now_minus()} THEN 1 ELSE 0 END
+                        WHEN w.status = 'in_progress' AND w.lease_expires_at > {d.now}
+                             AND (w.lease_acquired_at IS NULL
+                                  OR w.lease_acquired_at <= k.created_at)
+                        THEN 1 ELSE 0 END AS owner_alive
+            FROM idempotency_keys AS k
+            LEFT JOIN work_items AS w ON w.work_item_id = k.work_item_id
+            WHERE k.idempotency_key = %s
+            """,
+            [d.seconds(get_settings().lease_duration, sign=-1), self.key],
+        )
+        return rows[0] if rows else None
+
+    def _take_over(self, row: dict[str, Any]) -> Any:
+        """Compare-and-swap the row we read into a fresh pending claim; None if it changed."""
+        d = self.d
+        rows = execute(
+            self.using,
+            f"""
+            UPDATE idempotency_keys
+            SET status = 'pending', request_hash = %s, response_data = NULL,
+                task_id = %s, work_item_id = %s, created_at = {d.now}, completed_at = NULL,
+                expires_at = {d.now_plus()}
+            WHERE idempotency_key = %s AND status = %s AND created_at = %s
+            RETURNING {self.created} AS claim
+            """,
+            [
+                self.digest,
+                self.task_id,
+                self.item_id,
+                d.seconds(self.ttl_seconds),
+                self.key,
+                row["status"],
+                row["claim"],
+            ],
+        )
+        return rows[0]["claim"] if rows else None
+
+    def finish(self, claim: Any, status: str, encoded: str | None) -> None:
+        """Store the outcome, if the key is still our pending claim."""
+        d = self.d
+        try:
+            rows = execute(
+                self.using,
+                f"""
+                UPDATE idempotency_keys
+                SET status = %s, response_data = {d.json_param()}, completed_at = {d.now}
+                WHERE idempotency_key = %s AND status = 'pending' AND created_at = %s
+                RETURNING idempotency_key
+                """,
+                [status, encoded, self.key, claim],
+            )
+        except Exception:
+            if status == IdempotencyStatus.FAILED:
+                # Do not hide fn()'s own exception behind a bookkeeping error;
+                # the pending row is taken over once its owner is gone.
+                logger.exception("idempotency key %r: could not mark it failed", self.key)
+                return
+            raise
+        if not rows:
+            logger.warning(
+                "idempotency key %r: the claim was taken over (or expired) while fn() ran; "
+                "its %s outcome was not stored",
+                self.key,
+                status,
+            )
+
+
+def delete_expired_keys(*, using: str = "default", batch_size: int = 1000) -> int:
+    """Delete keys whose `expires_at` has passed; return how many (the sweep calls this).
+
+    Deletes in batches so one pass never holds many row locks; on PostgreSQL
+    concurrent sweeps skip each other's rows instead of waiting.
+    """
+    batch_size = validation.integer("batch_size", batch_size, minimum=1)
+    d = Dialect(using)
+    lock = "FOR UPDATE SKIP LOCKED" if d.is_postgres else ""
+    total = 0
+    while True:
+        rows = execute(
+            using,
+            f"""
+            DELETE FROM idempotency_keys WHERE idempotency_key IN (
+                SELECT idempotency_key FROM idempotency_keys
+                WHERE expires_at IS NOT NULL AND expires_at <= {d.now}
+                LIMIT %s {lock}
+            )
+            RETURNING idempotency_key
+            """,
+            [batch_size],
+        )
+        total += len(rows)
+        if len(rows) < batch_size:
+            return total
+
+
+__all__ = ["delete_expired_keys", "request_hash", "run_once", "validate_key"]

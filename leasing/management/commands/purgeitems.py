@@ -1,0 +1,62 @@
+"""`python manage.py purgeitems --older-than 30d`: delete old finished work items."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from leasing.exceptions import InvalidInput
+from leasing.management.base import LeasingCommand, positive_int
+from leasing.retention import FINISHED, parse_age, purge_finished_items
+
+
+def age(text: str) -> Any:
+    try:
+        return parse_age(text)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class Command(LeasingCommand):
+    help = (
+        "Delete completed and failed work items finished longer ago than --older-than, "
+        "with their checkpoints, in short batches."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            type=age,
+            required=True,
+            help="Age of finished items to delete: 30d, 12h, 90m, 45s, 2w.",
+        )
+        parser.add_argument(
+            "--status",
+            dest="statuses",
+            action="append",
+            choices=FINISHED,
+            help="Only this status (repeatable). Default: completed and failed.",
+        )
+        parser.add_argument(
+            "--batch-size", type=positive_int, default=5000, help="Rows per transaction."
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            stats = purge_finished_items(
+                options["older_than"],
+                statuses=options["statuses"] or FINISHED,
+                batch_size=options["batch_size"],
+                dry_run=options["dry_run"],
+            )
+        except InvalidInput as exc:
+            raise CommandError(str(exc)) from exc
+        verb = "would delete" if stats.dry_run else "deleted"
+        self.stdout.write(
+            f"{verb} {stats.items_deleted} finished work item(s) in {stats.duration_ms:.0f} ms"
+        )

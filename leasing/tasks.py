@@ -1,0 +1,236 @@
+"""A Django Tasks backend on leasing (SPEC §11.3).
+
+    TASKS = {"default": {"BACKEND": "leasing.tasks.LeasingBackend", "QUEUES": []}}
+
+`@task` functions enqueue as work items of type `django.task` and `runworker`
+runs them with everything a handler gets: a fenced lease, heartbeats, retries
+with backoff, recovery after a crash. `get_result()` reads the item and its
+`error_boundary` checkpoints: status, timestamps, errors with tracebacks,
+`worker_ids` (one per attempt) and the return value.
+
+OPTIONS: `DATABASE` (alias, default "default"), `MAX_RETRIES` (default
+`LEASING["MAX_RETRIES"]`; 0 gives Django's run-once semantics),
+`LEASE_DURATION` and `HEARTBEAT` ("thread" or "beat") for the task handler.
+A task taking context gets a `LeasingTaskContext` with `beat()` and
+`checkpoint()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+
+from .enqueue import enqueue
+from .exceptions import PayloadNotSerializable, PermanentError
+from .handlers import WorkContext, registry
+from .ids import new_ulid
+from .models import Checkpoint, CheckpointType, WorkItem, WorkItemStatus
+
+TASK_WORK_TYPE = "django.task"
+BACKEND_PATH = "leasing.tasks.LeasingBackend"
+
+_STATUS = {
+    WorkItemStatus.PENDING: TaskResultStatus.READY,
+    WorkItemStatus.IN_PROGRESS: TaskResultStatus.RUNNING,
+    WorkItemStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    WorkItemStatus.FAILED: TaskResultStatus.FAILED,
+    WorkItemStatus.EXPIRED: TaskResultStatus.FAILED,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeasingTaskContext(TaskContext):
+    """Django's TaskContext plus the leasing handler context."""
+
+    work: WorkContext
+
+    def beat(self) -> None:
+        self.work.beat()
+
+    def checkpoint(
+        self, checkpoint_type: str, snapshot: Any, metadata: dict[str, Any] | None = None
+    ) -> Checkpoint:
+        return self.work.checkpoint(checkpoint_type, snapshot, metadata)
+
+    def resume_state(self) -> Any:
+        return self.work.resume_state()
+
+    @property
+    def lease_lost(self) -> bool:
+        return self.work.lease_lost
+
+
+class LeasingBackend(BaseTaskBackend):
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.using: str = self.options.get("DATABASE", "default")
+        max_retries = self.options.get("MAX_RETRIES")
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        ):
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']['MAX_RETRIES'] must be a whole number >= 0."
+            )
+        self.max_retries: int | None = max_retries
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        self.validate_task(task)
+        try:
+            arguments = {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
+        except (TypeError, ValueError) as exc:
+            raise PayloadNotSerializable(
+                f"Arguments of task {task.module_path} are not JSON-serializable: {exc}"
+            ) from exc
+        item = enqueue(
+            task_id=new_ulid(),
+            work_type=TASK_WORK_TYPE,
+            input_data={"task": task.module_path, **arguments, "backend": self.alias},
+            priority=task.priority,
+            max_retries=self.max_retries,
+            run_after=task.run_after,
+            queue_name=task.queue_name,
+            using=self.using,
+        )
+        result = self._result(task, item, [])
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        item = (
+            WorkItem.objects.using(self.using)
+            .filter(pk=result_id, work_type=TASK_WORK_TYPE)
+            .first()
+        )
+        if item is None:
+            raise TaskResultDoesNotExist(result_id)
+        task = _load_task(item.input_data["task"])
+        boundaries = list(
+            Checkpoint.objects.using(self.using)
+            .filter(task_id=item.task_id, checkpoint_type=CheckpointType.ERROR_BOUNDARY)
+            .order_by("sequence_number")
+            .values_list("snapshot_data", flat=True)
+        )
+        return self._result(task, item, boundaries)
+
+    def _result(self, task: Task, item: WorkItem, boundaries: list[dict[str, Any]]) -> TaskResult:
+        errors = [
+            TaskError(
+                exception_class_path=b.get("exception_class_path")
+                or "leasing.exceptions.LeaseExpiredError",
+                traceback=b.get("traceback") or b.get("error") or b.get("error_message") or "",
+            )
+            for b in boundaries
+        ]
+        worker_ids = [_attempt_worker(b) for b in boundaries]
+        if item.status == WorkItemStatus.IN_PROGRESS and item.lease_holder:
+            worker_ids.append(item.lease_holder)
+        elif item.status == WorkItemStatus.COMPLETED and isinstance(item.output_data, dict):
+            worker_ids.append(item.output_data.get("worker_id", ""))
+        status = _STATUS[WorkItemStatus(item.status)]
+        result = TaskResult(
+            task=task,
+            id=item.work_item_id,
+            status=status,
+            enqueued_at=item.created_at,
+            started_at=item.started_at,
+            finished_at=item.completed_at if status in _FINISHED else None,
+            last_attempted_at=item.lease_acquired_at,
+            args=item.input_data.get("args", []),
+            kwargs=item.input_data.get("kwargs", {}),
+            backend=self.alias,
+            errors=errors,
+            worker_ids=[w for w in worker_ids if w],
+        )
+        if status == TaskResultStatus.SUCCESSFUL and isinstance(item.output_data, dict):
+            object.__setattr__(result, "_return_value", item.output_data.get("return_value"))
+        return result
+
+
+_FINISHED = {TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED}
+
+
+def _attempt_worker(boundary: dict[str, Any]) -> str:
+    # Worker-recorded failures name the worker; sweep recoveries name the
+    # expired lease's holder.
+    for key in ("worker_id", "lease_holder", "holder"):
+        value = boundary.get(key)
+        if isinstance(value, str) and value:
+            return value
+    lease = boundary.get("expired_lease") or boundary.get("lease") or {}
+    if isinstance(lease, dict):
+        return str(lease.get("holder") or lease.get("lease_holder") or "")
+    return ""
+
+
+def _load_task(path: str) -> Task:
+    try:
+        task = import_string(path)
+    except ImportError as exc:
+        raise PermanentError(f"cannot import task {path!r}: {exc}") from exc
+    if not isinstance(task, Task):
+        raise PermanentError(f"{path!r} is not a Task (decorate it with @task).")
+    return task
+
+
+def run_task(ctx: WorkContext) -> dict[str, Any]:
+    """The handler of `django.task` items: call the task, return its value."""
+    data = ctx.input or {}
+    task = _load_task(data.get("task", ""))
+    from django.tasks import task_backends
+
+    backend = task_backends[data.get("backend", "default")]
+    result = backend.get_result(ctx.lease.work_item_id)
+    task_started.send(type(backend), task_result=result)
+    args, kwargs = data.get("args", []), data.get("kwargs", {})
+    try:
+        if task.takes_context:
+            value = task.call(LeasingTaskContext(task_result=result, work=ctx), *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        value = normalize_json(value)
+    except BaseException:
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        task_finished.send(type(backend), task_result=result)
+        raise
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(type(backend), task_result=result)
+    return {"return_value": value, "worker_id": ctx.worker_id}
+
+
+def register_task_handler() -> None:
+    """Register `run_task` for `django.task` when a TASKS backend uses leasing."""
+    options: dict[str, Any] = {}
+    for config in getattr(settings, "TASKS", {}).values():
+        if config.get("BACKEND") == BACKEND_PATH:
+            backend_options = config.get("OPTIONS", {})
+            if "LEASE_DURATION" in backend_options:
+                options["lease_duration"] = backend_options["LEASE_DURATION"]
+            if "HEARTBEAT" in backend_options:
+                options["heartbeat"] = backend_options["HEARTBEAT"]
+            registry.register(TASK_WORK_TYPE, run_task, replace=True, **options)
+            return
+
+
+def uses_leasing_backend() -> bool:
+    return any(
+        config.get("BACKEND") == BACKEND_PATH for config in getattr(settings, "TASKS", {}).values()
+    )
+
+
+__all__ = ["TASK_WORK_TYPE", "LeasingBackend", "LeasingTaskContext", "run_task"]

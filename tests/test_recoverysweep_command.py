@@ -1,0 +1,170 @@
+"""`manage.py recoverysweep` (SPEC §9.2): one pass, the loop, signals and bad options."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import threading
+import time
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from leasing.checkpoints import create_checkpoint
+from leasing.db import database_now
+from leasing.enqueue import enqueue
+from leasing.lease import LeaseManager
+from leasing.models import Checkpoint, Worker, WorkItem
+
+pytestmark = pytest.mark.django_db
+
+
+def expired_item(task_id: str = "t") -> WorkItem:
+    item = enqueue(task_id, "noop")
+    LeaseManager("dead-worker").acquire_lease(task_id_filter=task_id)
+    WorkItem.objects.filter(pk=item.pk).update(
+        lease_expires_at=database_now() - timedelta(seconds=1)
+    )
+    return item
+
+
+def state() -> tuple[list[dict[str, Any]], int, int]:
+    return (
+        list(WorkItem.objects.order_by("pk").values()),
+        Checkpoint.objects.count(),
+        Worker.objects.count(),
+    )
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command("recoverysweep", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+# --- one pass --------------------------------------------------------------------------------
+
+
+def test_once_json_prints_parseable_stats_and_recovers(db):
+    item = expired_item()
+    lines = run("--once", "--json").splitlines()
+
+    assert len(lines) == 1
+    stats = json.loads(lines[0])
+    assert stats["expired_found"] == 1 and stats["recovered"] == 1
+    assert stats["failed"] == 0 and stats["errors"] == 0
+    assert stats["checkpoints_created"] == 1
+    assert isinstance(stats["scan_duration_ms"], float)
+    assert stats["scanned_at"] is not None
+    row = WorkItem.objects.get(pk=item.pk)
+    assert (row.status, row.retry_count) == ("pending", 1)
+    [sweeper] = Worker.objects.sweepers()
+    assert (sweeper.status, sweeper.scans, sweeper.items_recovered) == ("stopped", 1, 1)
+
+
+def test_once_prints_a_human_line(db):
+    expired_item()
+    out = run("--once")
+    assert "1 expired: 1 re-queued, 0 failed" in out
+    assert "1 checkpoints written" in out
+
+
+def test_options_reach_the_sweep(db):
+    item = expired_item("a")
+    for n in range(4):
+        create_checkpoint("b", "tool_executed", {"n": n})
+    stats = json.loads(
+        run("--once", "--json", "--no-checkpoints", "--retention", "2", "--worker-id", "sw-1")
+    )
+    assert stats["recovered"] == 1 and stats["checkpoints_created"] == 0
+    assert stats["checkpoints_deleted"] == 2
+    assert not Checkpoint.objects.filter(work_item_id=item.pk).exists()
+    assert Worker.objects.get(pk="sw-1").role == "sweeper"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--interval", "0"],
+        ["--interval", "-5"],
+        ["--interval", "abc"],
+        ["--interval", "nan"],
+        ["--retention", "0"],
+        ["--retention", "-1"],
+        ["--retention", "2.5"],
+        ["--batch-size", "0"],
+        ["--schedule", "--once"],
+    ],
+)
+def test_bad_options_raise_a_command_error_and_change_nothing(db, args):
+    expired_item()
+    before = state()
+    with pytest.raises(CommandError):
+        run("--once", *args) if "--schedule" not in args else run(*args)
+    assert state() == before
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--interval", "0"], "--interval"),
+        (["--interval", "abc"], "--interval"),
+        (["--retention", "-1"], "--retention"),
+        (["--schedule", "--once"], "--schedule"),
+    ],
+)
+def test_bad_options_exit_non_zero_with_one_line(db, spawn, args, needle):
+    expired_item()
+    before = state()
+    proc = spawn("manage.py", "recoverysweep", *args)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert needle in lines[0]
+    assert out == ""
+    assert state() == before
+
+
+# --- the loop ------------------------------------------------------------------------------
+
+
+def _lines(stream: Any) -> queue.Queue[str]:
+    """Read a pipe in a thread so the test can wait for a line with a timeout."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_loop_stops_cleanly_on_a_signal(db, spawn, signum):
+    item = expired_item()
+    proc = spawn("manage.py", "recoverysweep", "--interval", "0.2", "--json")
+    stdout = _lines(proc.stdout)
+    first = json.loads(stdout.get(timeout=30))  # running, handlers installed
+    assert first["recovered"] == 1
+    second = json.loads(stdout.get(timeout=10))  # it loops
+    assert second["expired_found"] == 0
+    [sweeper] = Worker.objects.sweepers()
+    assert sweeper.status == "running"
+
+    started = time.monotonic()
+    proc.send_signal(signum)
+    proc.wait(timeout=15)
+    assert proc.returncode == 0, proc.stderr.read()
+    assert time.monotonic() - started < 5
+    sweeper.refresh_from_db()
+    assert sweeper.status == "stopped" and sweeper.stopped_at is not None
+    assert sweeper.scans >= 2 and sweeper.items_recovered == 1
+    assert WorkItem.objects.get(pk=item.pk).status == "pending"
