@@ -37,7 +37,7 @@ class LeasingSettings:
 
     # Recovery sweep (SPEC §9)
     sweep_interval: float = 60.0
-    sweep_batch_size: int = 500
+    sweep_batch_size: int = 2000
     checkpoint_retention: int = 100
 
     # Dashboard (SPEC §12)

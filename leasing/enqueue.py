@@ -19,10 +19,13 @@ from . import validation
 from .conf import get_settings
 from .db import Dialect, execute, to_datetime, translate_db_errors
 from .exceptions import InvalidInput
-from .ids import new_ulid
+from .ids import new_ulids
 from .models import WorkItem, WorkItemStatus
 
 NOTIFY_CHANNEL = "leasing_enqueue"
+# From this many items on, PostgreSQL loads them with one COPY statement: about
+# twice as fast as INSERT ... SELECT unnest() for large batches, slower for a few.
+COPY_THRESHOLD = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,7 @@ class _NewItem:
 
 
 def _validate(
+    work_item_id: str,
     task_id: Any,
     work_type: Any,
     input_data: Any = None,
@@ -50,7 +54,7 @@ def _validate(
     if max_retries is None:
         max_retries = get_settings().max_retries
     return _NewItem(
-        work_item_id=new_ulid(),
+        work_item_id=work_item_id,
         task_id=validation.non_empty_text("task_id", task_id),
         work_type=validation.non_empty_text("work_type", work_type),
         input_json=validation.payload("input_data", input_data),
@@ -109,8 +113,10 @@ def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") 
 
     Each item is a mapping with the keyword arguments of `enqueue()`.
     """
+    specs = list(items)
+    ids = new_ulids(len(specs))
     new_items: list[_NewItem] = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(specs):
         if not isinstance(item, Mapping):
             raise InvalidInput(f"item {index} must be a mapping of enqueue() arguments.")
         unknown = set(item) - _ALLOWED_KEYS
@@ -122,7 +128,7 @@ def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") 
         if "task_id" not in item or "work_type" not in item:
             raise InvalidInput(f"item {index} needs task_id and work_type.")
         try:
-            new_items.append(_validate(**item))
+            new_items.append(_validate(ids[index], **item))
         except InvalidInput as exc:
             raise type(exc)(f"item {index}: {exc}") from exc
     if not new_items:
@@ -130,34 +136,36 @@ def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") 
 
     dialect = Dialect(using)
     with translate_db_errors(), transaction.atomic(using=using):
-        if dialect.is_postgres:
+        if dialect.is_postgres and len(new_items) >= COPY_THRESHOLD:
+            stamps = _copy_postgres(using, new_items)
+        elif dialect.is_postgres:
             stamps = _insert_postgres(using, new_items)
         else:
             stamps = _insert_sqlite(using, new_items)
         notify_enqueued(using, {i.queue_name for i in new_items})
 
+    # Positional construction (what the ORM does for fetched rows) is several
+    # times faster than keyword arguments for large batches.
+    names = [f.attname for f in WorkItem._meta.concrete_fields]
     result = []
     for item in new_items:
-        created_at, updated_at = stamps[item.work_item_id]
-        result.append(
-            WorkItem(
-                work_item_id=item.work_item_id,
-                task_id=item.task_id,
-                work_type=item.work_type,
-                status=WorkItemStatus.PENDING,
-                priority=item.priority,
-                lease_token=0,
-                retry_count=0,
-                max_retries=item.max_retries,
-                run_after=item.run_after,
-                queue_name=item.queue_name,
-                input_data=item.input_data,
-                created_at=created_at,
-                updated_at=updated_at,
-            )
-        )
-        result[-1]._state.adding = False
-        result[-1]._state.db = using
+        created_at = stamps.get(item.work_item_id, stamps.get(None))
+        values = {
+            "work_item_id": item.work_item_id,
+            "task_id": item.task_id,
+            "work_type": item.work_type,
+            "status": WorkItemStatus.PENDING,
+            "priority": item.priority,
+            "lease_token": 0,
+            "retry_count": 0,
+            "max_retries": item.max_retries,
+            "run_after": item.run_after,
+            "queue_name": item.queue_name,
+            "input_data": item.input_data,
+            "created_at": created_at,
+            "updated_at": created_at,
+        }
+        result.append(WorkItem.from_db(using, names, [values.get(name) for name in names]))
     return result
 
 
@@ -167,18 +175,22 @@ _COLUMNS = (
 )
 
 
-def _insert_postgres(using: str, items: list[_NewItem]) -> dict[str, tuple[Any, Any]]:
-    # unnest() keeps the statement at nine parameters whatever the batch size,
-    # which is much cheaper to bind than one placeholder per value.
+def _insert_postgres(using: str, items: list[_NewItem]) -> dict[str | None, datetime | None]:
+    # unnest() keeps the statement at eight parameters whatever the batch size,
+    # which is much cheaper to bind than one placeholder per value; every row
+    # gets the same statement_timestamp(), so one row comes back, not n.
     sql = f"""
-        INSERT INTO work_items ({_COLUMNS})
-        SELECT v.id, v.task_id, v.work_type, 'pending', v.priority, 0, 0,
-               v.max_retries, v.run_after, v.queue_name, v.input::jsonb,
-               statement_timestamp(), statement_timestamp()
-        FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
-                    %s::timestamptz[], %s::text[], %s::text[])
-             AS v(id, task_id, work_type, priority, max_retries, run_after, queue_name, input)
-        RETURNING work_item_id, created_at, updated_at
+        WITH inserted AS (
+            INSERT INTO work_items ({_COLUMNS})
+            SELECT v.id, v.task_id, v.work_type, 'pending', v.priority, 0, 0,
+                   v.max_retries, v.run_after, v.queue_name, v.input::jsonb,
+                   statement_timestamp(), statement_timestamp()
+            FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
+                        %s::timestamptz[], %s::text[], %s::text[])
+                 AS v(id, task_id, work_type, priority, max_retries, run_after, queue_name, input)
+            RETURNING 1
+        )
+        SELECT count(*) AS inserted, statement_timestamp() AS created_at FROM inserted
     """
     params = [
         [i.work_item_id for i in items],
@@ -190,19 +202,53 @@ def _insert_postgres(using: str, items: list[_NewItem]) -> dict[str, tuple[Any, 
         [i.queue_name for i in items],
         [i.input_json for i in items],
     ]
-    rows = execute(using, sql, params)
-    return {
-        r["work_item_id"]: (to_datetime(r["created_at"]), to_datetime(r["updated_at"]))
-        for r in rows
-    }
+    [row] = execute(using, sql, params)
+    if row["inserted"] != len(items):  # pragma: no cover - the INSERT is all or nothing
+        raise AssertionError(f"inserted {row['inserted']} of {len(items)} work items")
+    return {None: to_datetime(row["created_at"])}
 
 
-def _insert_sqlite(using: str, items: list[_NewItem]) -> dict[str, tuple[Any, Any]]:
+def _copy_postgres(using: str, items: list[_NewItem]) -> dict[str | None, datetime | None]:
+    # created_at/updated_at come from the columns' DEFAULT statement_timestamp(),
+    # the same for every row of the one COPY statement.
+    columns = (
+        "work_item_id, task_id, work_type, status, priority, lease_token, retry_count, "
+        "max_retries, run_after, queue_name, input_data"
+    )
+    connection = connections[using]
+    connection.ensure_connection()
+    # The driver's own cursor (Django's has no COPY); errors still become Django's.
+    with connection.wrap_database_errors, connection.connection.cursor() as cursor:
+        with cursor.copy(f"COPY work_items ({columns}) FROM STDIN") as copy:
+            for i in items:
+                copy.write_row(
+                    (
+                        i.work_item_id,
+                        i.task_id,
+                        i.work_type,
+                        "pending",
+                        i.priority,
+                        0,
+                        0,
+                        i.max_retries,
+                        i.run_after,
+                        i.queue_name,
+                        i.input_json,
+                    )
+                )
+        cursor.execute(
+            "SELECT created_at FROM work_items WHERE work_item_id = %s", [items[0].work_item_id]
+        )
+        row = cursor.fetchone()
+    return {None: to_datetime(row[0])}
+
+
+def _insert_sqlite(using: str, items: list[_NewItem]) -> dict[str | None, datetime | None]:
     dialect = Dialect(using)
     per_row = 8
     # Stay under SQLite's bound-variable limit (32766 since 3.32).
     batch = max(1, 32000 // per_row)
-    stamps: dict[str, tuple[Any, Any]] = {}
+    stamps: dict[str | None, datetime | None] = {}
     for start in range(0, len(items), batch):
         chunk = items[start : start + batch]
         values = ", ".join(
@@ -224,11 +270,11 @@ def _insert_sqlite(using: str, items: list[_NewItem]) -> dict[str, tuple[Any, An
         rows = execute(
             using,
             f"INSERT INTO work_items ({_COLUMNS}) VALUES {values} "
-            "RETURNING work_item_id, created_at, updated_at",
+            "RETURNING work_item_id, created_at",
             params,
         )
         for r in rows:
-            stamps[r["work_item_id"]] = (to_datetime(r["created_at"]), to_datetime(r["updated_at"]))
+            stamps[r["work_item_id"]] = to_datetime(r["created_at"])
     return stamps
 
 

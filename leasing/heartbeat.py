@@ -385,7 +385,10 @@ class LeaseRenewer:
                 ages[item_id] = progress.elapsed()
         try:
             for duration, ids in by_duration.items():
-                _renewed, lost = self.lease_manager.renew_leases(ids, duration, progress_ages=ages)
+                # Half-lease lazy extension keeps most renewals HOT updates.
+                _renewed, lost = self.lease_manager.renew_leases(
+                    ids, duration, progress_ages=ages, extend_below=duration / 2
+                )
                 for item_id in lost:
                     self.on_lease_lost(
                         item_id, LeaseExpiredError(f"lease on {item_id} expired or moved on")

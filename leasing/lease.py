@@ -23,6 +23,7 @@ from django.db import transaction
 from . import validation
 from .conf import get_settings
 from .db import Dialect, execute, load_json, to_datetime
+from .enqueue import notify_enqueued
 from .exceptions import (
     InvalidInput,
     LeaseConflictError,
@@ -477,17 +478,30 @@ class LeaseManager:
         lease_duration_seconds: float | None = None,
         *,
         progress_ages: dict[str, float] | None = None,
+        extend_below: float | None = None,
     ) -> tuple[set[str], set[str]]:
         """Renew many held leases in one statement (all held leases by default).
 
-        Returns `(renewed, lost)`: the ids whose lease was extended, and the ids
-        whose lease had expired or moved on. Lost leases are forgotten.
+        With `extend_below`, a lease with more than that many seconds left keeps
+        its expiry and only records the heartbeat: `lease_expires_at` is indexed,
+        so an UPDATE that leaves it alone can be a HOT update (no index writes),
+        while an extension cannot. The worker passes half the lease, so a lease
+        never has less than half its duration ahead minus one heartbeat interval.
+
+        Returns `(renewed, lost)`: the ids whose lease is held (extended or
+        still long enough), and the ids whose lease had expired or moved on.
+        Lost leases are forgotten.
         """
         duration = validation.positive_seconds(
             "lease_duration_seconds",
             get_settings().lease_duration
             if lease_duration_seconds is None
             else lease_duration_seconds,
+        )
+        threshold = (
+            duration
+            if extend_below is None
+            else min(validation.positive_seconds("extend_below", extend_below), duration)
         )
         with self._lock:
             if work_item_ids is None:
@@ -507,8 +521,10 @@ class LeaseManager:
                     self.using,
                     f"""
                     UPDATE work_items AS w
-                    SET lease_expires_at = {d.now_plus()}, heartbeat_at = {d.now},
-                        updated_at = {d.now},
+                    SET lease_expires_at = CASE
+                            WHEN w.lease_expires_at < {d.now_plus()} THEN {d.now_plus()}
+                            ELSE w.lease_expires_at END,
+                        heartbeat_at = {d.now}, updated_at = {d.now},
                         progress_at = CASE WHEN v.age IS NULL THEN w.progress_at
                                            ELSE {d.now} - make_interval(secs => v.age) END
                     FROM unnest(%s::text[], %s::bigint[], %s::float8[]) AS v(id, token, age)
@@ -518,6 +534,7 @@ class LeaseManager:
                     RETURNING w.work_item_id, w.lease_expires_at
                     """,
                     [
+                        d.seconds(threshold),
                         d.seconds(duration),
                         chunk,
                         [targets[i] for i in chunk],
@@ -536,14 +553,17 @@ class LeaseManager:
                             self.using,
                             f"""
                             UPDATE work_items
-                            SET lease_expires_at = {d.now_plus()}, heartbeat_at = {d.now},
-                                updated_at = {d.now}{progress_sql}
+                            SET lease_expires_at = CASE
+                                    WHEN lease_expires_at < {d.now_plus()} THEN {d.now_plus()}
+                                    ELSE lease_expires_at END,
+                                heartbeat_at = {d.now}, updated_at = {d.now}{progress_sql}
                             WHERE work_item_id = %s AND lease_holder = %s
                               AND lease_token = %s AND status = 'in_progress'
                               AND lease_expires_at > {d.now}
                             RETURNING lease_expires_at
                             """,
                             [
+                                d.seconds(threshold),
                                 d.seconds(duration),
                                 *([] if age is None else [d.seconds(age, sign=-1)]),
                                 item_id,
@@ -732,18 +752,22 @@ class LeaseManager:
         if held_token is None:
             self._raise_lease_error(work_item_id, None, renewing=False)
         d = Dialect(self.using)
-        rows = execute(
-            self.using,
-            f"""
-            UPDATE work_items
-            SET status = 'pending', lease_holder = NULL, lease_expires_at = NULL,
-                updated_at = {d.now}
-            WHERE work_item_id = %s AND lease_holder = %s AND lease_token = %s
-              AND status = 'in_progress'
-            RETURNING work_item_id
-            """,
-            [work_item_id, self.worker_id, held_token],
-        )
+        with transaction.atomic(using=self.using):
+            rows = execute(
+                self.using,
+                f"""
+                UPDATE work_items
+                SET status = 'pending', lease_holder = NULL, lease_expires_at = NULL,
+                    updated_at = {d.now}
+                WHERE work_item_id = %s AND lease_holder = %s AND lease_token = %s
+                  AND status = 'in_progress'
+                RETURNING work_item_id, queue_name
+                """,
+                [work_item_id, self.worker_id, held_token],
+            )
+            if rows:
+                # Another worker can start it now; do not make it wait for a poll.
+                notify_enqueued(self.using, [rows[0]["queue_name"]])
         if not rows:
             self._raise_lease_error(work_item_id, held_token, renewing=False)
         self.forget(work_item_id)

@@ -106,6 +106,21 @@ class WorkItemQuerySet(models.QuerySet["WorkItem"]):
             f"Unknown lease health {health!r}; expected one of {', '.join(LeaseHealth.values)}."
         )
 
+    def without_progress(self, seconds: float | None = None) -> Self:
+        """Live leases whose heartbeat is fresh but whose handler shows no progress.
+
+        The lease is being renewed (a `thread`-mode heartbeat keeps it alive),
+        yet the handler has not beaten for `seconds` (default: `STALE_HEARTBEAT`)
+        since its last beat, or since the claim if it never beat: likely stuck.
+        """
+        from .conf import get_settings
+
+        age = _seconds(seconds, get_settings().stale_heartbeat)
+        cutoff = Now() - age
+        return self.healthy(seconds).filter(
+            Q(progress_at__lt=cutoff) | Q(progress_at__isnull=True, lease_acquired_at__lt=cutoff)
+        )
+
     def held_by(self, worker_id: str) -> Self:
         return self.in_progress().filter(lease_holder=worker_id)
 
@@ -186,8 +201,12 @@ class WorkItem(models.Model):
                 fields=["task_id", "status", "-created_at"], name="work_items_task_status_idx"
             ),
             # Claim order; the id breaks ties between rows of one bulk INSERT.
+            # run_after rides along (it never changes the order: the id is
+            # unique) so the backlog figures are index-only scans of this index,
+            # and no second partial index on pending rows competes with it in
+            # the claim's plan.
             models.Index(
-                fields=["-priority", "created_at", "work_item_id"],
+                fields=["-priority", "created_at", "work_item_id", "run_after"],
                 name="work_items_claim_idx",
                 condition=Q(status=WorkItemStatus.PENDING),
             ),
@@ -200,6 +219,26 @@ class WorkItem(models.Model):
                 fields=["lease_holder", "status"],
                 name="work_items_holder_idx",
                 condition=Q(lease_holder__isnull=False),
+            ),
+            # Admin dashboard (issue 5, SPEC §15). The admin lists items newest
+            # first (its tie-breaker is the primary key) and bounds its date
+            # hierarchy with MIN/MAX(created_at).
+            models.Index(fields=["-created_at", "-work_item_id"], name="work_items_created_idx"),
+            # Throughput over time: finished items by completion time, index-only.
+            models.Index(
+                fields=["completed_at", "status"],
+                name="work_items_completed_idx",
+                condition=Q(completed_at__isnull=False),
+            ),
+            # Items by status, the retry distribution (SPEC §13) and the claims
+            # counter (SUM(lease_token)) in one index-only scan. Deliberately
+            # not led by status: an index that can answer `status = 'pending'`
+            # competes with the claim index, and with stale statistics (just
+            # after a burst of enqueues) the planner picked it and sorted every
+            # pending row on each claim.
+            models.Index(
+                fields=["retry_count", "status", "lease_token"],
+                name="work_items_status_retry_idx",
             ),
         ]
 
@@ -454,9 +493,9 @@ class Worker(models.Model):
             ),
         ]
         indexes = [
-            models.Index(
-                fields=["role", "status", "-last_seen_at"], name="workers_role_status_idx"
-            ),
+            # Not on last_seen_at: every process beat updates it, and an UPDATE
+            # that changes no indexed column can be a HOT update.
+            models.Index(fields=["role", "status"], name="workers_role_status_idx"),
         ]
 
     def __str__(self) -> str:

@@ -10,6 +10,7 @@ reason in the same transaction, so the audit trail cannot disagree with the row.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -115,6 +116,10 @@ def retry_failed(
     )
 
 
+# `expected_heartbeat_at` default: do not compare the heartbeat.
+UNCHECKED: Any = object()
+
+
 def apply_action(
     action: str,
     work_item_id: str,
@@ -122,12 +127,16 @@ def apply_action(
     expected_token: int | None,
     actor: str,
     reason: str,
+    expected_heartbeat_at: datetime | None = UNCHECKED,
     using: str = "default",
 ) -> OperatorResult:
     """Apply one operator action as a fenced compare-and-swap.
 
     `expected_token` is the `lease_token` the operator saw (None: do not check
-    it). A changed token or status skips the item rather than guessing.
+    it); a new claim changes it. `expected_heartbeat_at` is the `heartbeat_at`
+    they saw: every renewal moves it, so a lease renewed since the page was
+    shown (same holder, same token) is told apart too. A changed status, token
+    or heartbeat skips the item rather than guessing.
     """
     if action not in Action.choices:
         raise InvalidInput(
@@ -146,7 +155,8 @@ def apply_action(
         rows = execute(
             using,
             f"""
-            SELECT task_id, status, lease_holder, lease_token, lease_expires_at, retry_count
+            SELECT task_id, status, lease_holder, lease_token, lease_expires_at, heartbeat_at,
+                   retry_count
             FROM work_items WHERE work_item_id = %s
             {"FOR NO KEY UPDATE" if d.is_postgres else ""}
             """,
@@ -175,6 +185,17 @@ def apply_action(
                     f"skipped: its lease changed since the page was shown "
                     f"(token {expected_token} -> {before['lease_token']})"
                 ),
+            )
+        if expected_heartbeat_at is not UNCHECKED and (
+            to_datetime(before["heartbeat_at"]) != expected_heartbeat_at
+        ):
+            return OperatorResult(
+                work_item_id,
+                action,
+                applied=False,
+                old_status=before["status"],
+                new_status=None,
+                detail="skipped: its lease was renewed since the page was shown",
             )
 
         message = f"{_LABEL[action]} by {actor}: {reason}"

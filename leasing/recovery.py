@@ -49,6 +49,7 @@ from . import registry, validation
 from .checkpoints import cleanup_checkpoints, lock_task_sequences
 from .conf import get_settings
 from .db import Dialect, database_now, dump_json, execute, to_datetime, translate_db_errors
+from .enqueue import notify_enqueued
 from .exceptions import DatabaseUnavailable, InvalidInput
 from .ids import new_ulids
 from .models import CheckpointType, Worker, WorkerRole, WorkerStatus, WorkItemStatus
@@ -285,6 +286,15 @@ class RecoverySweep:
                 created = self._insert_checkpoints(d, recovered)
             else:
                 created = 0
+            # Re-queued items are claimable at once: wake idle workers.
+            notify_enqueued(
+                self.using,
+                {
+                    row["queue_name"]
+                    for row in recovered
+                    if row["new_status"] == WorkItemStatus.PENDING and row.get("queue_name")
+                },
+            )
         # Counted only once the transaction has committed.
         counters.batches += 1
         counters.expired_found += len(rows)
@@ -315,12 +325,15 @@ class RecoverySweep:
 
     def _update_batch_postgres(self, d: Dialect, fail_types: list[str]) -> list[dict[str, Any]]:
         # PostgreSQL 15's RETURNING has no OLD values, so the candidate CTE
-        # captures the expired lease while it locks the rows; the outer join
-        # reports every locked row, updated or not. NO KEY UPDATE is the lock
-        # the UPDATE itself takes: it still conflicts with a worker's FOR SHARE
-        # checkpoint fence and with other sweeps (which skip the row), but not
-        # with the FOR KEY SHARE of a foreign-key check, so a checkpoint being
-        # inserted for a locked item cannot deadlock against this batch.
+        # captures the expired lease while it locks the rows. The lock re-checks
+        # the CTE's WHERE (status and expiry) against the newest row version and
+        # holds the row until commit, so the UPDATE joins on the key and token
+        # alone: re-stating the conditions there lets the planner drive the join
+        # from the expiry index, a nested loop that is quadratic in the batch.
+        # NO KEY UPDATE is the lock the UPDATE itself takes: it conflicts with a
+        # worker's FOR SHARE checkpoint fence and with other sweeps (which skip
+        # the row), but not with the FOR KEY SHARE of a foreign-key check, so a
+        # checkpoint being inserted for a locked item cannot deadlock with us.
         set_sql, set_params = self._set_clause(d)
         sql = f"""
             WITH c AS (
@@ -333,21 +346,14 @@ class RecoverySweep:
                 ORDER BY lease_expires_at
                 LIMIT %s
                 FOR NO KEY UPDATE SKIP LOCKED
-            ), recovered AS (
-                UPDATE work_items AS w SET {set_sql}
-                FROM c
-                WHERE w.work_item_id = c.work_item_id
-                  AND w.status = 'in_progress' AND w.lease_expires_at < {d.now}
-                  AND w.lease_token = c.lease_token
-                RETURNING w.work_item_id, w.task_id, w.work_type, w.status, w.retry_count,
-                          w.max_retries, w.error_message, w.updated_at
             )
-            SELECT c.work_item_id, c.lease_holder AS old_holder, c.lease_token AS old_token,
-                   c.lease_expires_at AS old_expires_at, c.heartbeat_at AS old_heartbeat_at,
-                   r.task_id, r.work_type, r.status AS new_status, r.retry_count,
-                   r.max_retries, r.error_message, r.updated_at
-            FROM c LEFT JOIN recovered r ON r.work_item_id = c.work_item_id
-            ORDER BY c.work_item_id
+            UPDATE work_items AS w SET {set_sql}
+            FROM c
+            WHERE w.work_item_id = c.work_item_id AND w.lease_token = c.lease_token
+            RETURNING c.work_item_id, c.lease_holder AS old_holder, c.lease_token AS old_token,
+                      c.lease_expires_at AS old_expires_at, c.heartbeat_at AS old_heartbeat_at,
+                      w.task_id, w.work_type, w.queue_name, w.status AS new_status,
+                      w.retry_count, w.max_retries, w.error_message, w.updated_at
         """
         params = [fail_types, fail_types, self.batch_size, *set_params]
         return execute(self.using, sql, params)

@@ -24,6 +24,8 @@ from .exceptions import (
 )
 
 PG_INT_MIN, PG_INT_MAX = -(2**31), 2**31 - 1
+# One encoder for every payload: json.dumps() with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 # Ten years: longer "durations" are typos, and make_interval() would overflow first.
 MAX_SECONDS = 10 * 365 * 24 * 3600
 
@@ -92,7 +94,7 @@ def payload(name: str, value: Any, *, required: bool = False) -> str | None:
     if value is None and not required:
         return None
     try:
-        encoded = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        encoded = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"{name} is not JSON-serializable: {exc}") from exc
     limit = get_settings().max_payload_bytes

@@ -61,6 +61,8 @@ logger = logging.getLogger(__name__)
 
 # Handlers faster than this on average let the dispatcher claim ahead.
 FAST_HANDLER_SECONDS = 0.05
+PREFETCH_AHEAD_SECONDS = 0.1
+MAX_PREFETCH = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,9 +443,11 @@ class Worker:
             return self.prefetch
         average = self._avg_run_seconds
         if average is not None and average < FAST_HANDLER_SECONDS:
-            # Fast handlers: items claimed ahead keep the executors busy while
-            # the dispatcher round-trips, and make each round trip a batch.
-            return min(max(8, 4 * self.concurrency), 64)
+            # Fast handlers: claim about PREFETCH_AHEAD_SECONDS of work ahead,
+            # which keeps the executors busy while the dispatcher round-trips
+            # and makes each round trip a batch, but never hoards slow work.
+            ahead = int(PREFETCH_AHEAD_SECONDS / max(average, 1e-4))
+            return min(MAX_PREFETCH, max(4 * self.concurrency, ahead))
         return 0
 
     def _record_duration(self, seconds: float) -> None:
@@ -719,7 +723,9 @@ class Worker:
     def _on_lease_lost(self, item_id: str, error: BaseException) -> None:
         with self._slots_lock:
             slot = self._slots.get(item_id)
-        if slot is None:
+        if slot is None or slot.finished:
+            # Finished: its completion is already on its way and the fence
+            # decides; a renewal racing that completion is not a loss.
             return
         reason = _one_line(error)
         logger.warning("lease on %s lost: %s", item_id, reason)

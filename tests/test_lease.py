@@ -365,3 +365,21 @@ def test_bad_batch_sizes_are_rejected(make_items, n):
 def test_worker_id_must_be_text(worker_id):
     with pytest.raises(InvalidInput):
         LeaseManager(worker_id)
+
+
+def test_batch_renewal_with_extend_below_only_extends_short_leases(make_items):
+    items = make_items(2)
+    m = LeaseManager("w1")
+    m.acquire_leases(2, lease_duration_seconds=100)
+    WorkItem.objects.filter(pk=items[1].pk).update(
+        lease_expires_at=database_now() + timedelta(seconds=10)
+    )
+    long_before = snapshot(items[0].pk)
+    renewed, lost = m.renew_leases(lease_duration_seconds=100, extend_below=50)
+    assert renewed == {items[0].pk, items[1].pk} and lost == set()
+    long_after, short_after = snapshot(items[0].pk), snapshot(items[1].pk)
+    # Plenty left: the expiry stays (a HOT-eligible update), the heartbeat moves.
+    assert long_after["lease_expires_at"] == long_before["lease_expires_at"]
+    assert long_after["heartbeat_at"] > long_before["heartbeat_at"]
+    # Under the threshold: extended to now + duration as usual.
+    assert short_after["lease_expires_at"] - short_after["heartbeat_at"] == timedelta(seconds=100)

@@ -38,7 +38,7 @@ class Migration(migrations.Migration):
             options={
                 'db_table': 'workers',
                 'ordering': ['-last_seen_at'],
-                'indexes': [models.Index(fields=['role', 'status', '-last_seen_at'], name='workers_role_status_idx')],
+                'indexes': [models.Index(fields=['role', 'status'], name='workers_role_status_idx')],
                 'constraints': [models.CheckConstraint(condition=models.Q(('role__in', ['worker', 'sweeper'])), name='workers_role_valid'), models.CheckConstraint(condition=models.Q(('status__in', ['running', 'stopping', 'stopped', 'lost'])), name='workers_status_valid')],
             },
         ),
@@ -73,7 +73,7 @@ class Migration(migrations.Migration):
                 'ordering': ['-created_at'],
                 'permissions': [('force_release_workitem', 'Can force-release, force-fail and retry work items'), ('view_payload', 'Can view work item and checkpoint payloads')],
                 'get_latest_by': 'created_at',
-                'indexes': [models.Index(fields=['task_id', 'status', '-created_at'], name='work_items_task_status_idx'), models.Index(condition=models.Q(('status', 'pending')), fields=['-priority', 'created_at', 'work_item_id'], name='work_items_claim_idx'), models.Index(condition=models.Q(('status', 'in_progress')), fields=['lease_expires_at'], name='work_items_lease_expiry_idx'), models.Index(condition=models.Q(('lease_holder__isnull', False)), fields=['lease_holder', 'status'], name='work_items_holder_idx')],
+                'indexes': [models.Index(fields=['task_id', 'status', '-created_at'], name='work_items_task_status_idx'), models.Index(condition=models.Q(('status', 'pending')), fields=['-priority', 'created_at', 'work_item_id', 'run_after'], name='work_items_claim_idx'), models.Index(condition=models.Q(('status', 'in_progress')), fields=['lease_expires_at'], name='work_items_lease_expiry_idx'), models.Index(condition=models.Q(('lease_holder__isnull', False)), fields=['lease_holder', 'status'], name='work_items_holder_idx')],
                 'constraints': [models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'in_progress', 'completed', 'failed', 'expired'])), name='work_items_status_valid'), models.CheckConstraint(condition=models.Q(models.Q(('status', 'in_progress'), _negated=True), models.Q(('lease_expires_at__isnull', False), ('lease_holder__isnull', False)), _connector='OR'), name='work_items_in_progress_has_lease'), models.CheckConstraint(condition=models.Q(('lease_token__gte', 0)), name='work_items_lease_token_non_negative'), models.CheckConstraint(condition=models.Q(('max_retries__gte', 0), ('retry_count__gte', 0)), name='work_items_retries_non_negative')],
             },
         ),

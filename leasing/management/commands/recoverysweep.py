@@ -51,7 +51,7 @@ class Command(LeasingCommand):
             "--batch-size",
             type=positive_int,
             metavar="N",
-            help="Items recovered per transaction (default: LEASING['SWEEP_BATCH_SIZE'], 500).",
+            help="Items recovered per transaction (default: LEASING['SWEEP_BATCH_SIZE'], 2000).",
         )
         parser.add_argument(
             "--no-checkpoints",

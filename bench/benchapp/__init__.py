@@ -1,0 +1,1 @@
+"""Handlers only the benchmarks run (installed by bench.settings)."""

@@ -1,0 +1,77 @@
+"""Claim-latency probe: one of several concurrent processes timing `acquire_leases`.
+
+    DJANGO_SETTINGS_MODULE=bench.settings DATABASE_URL=... \\
+        python -m bench.claimer HOLDER OUT.json [--batch 1] [--count 1000] [--start-at EPOCH]
+
+Each iteration times one `LeaseManager.acquire_leases(batch, 300,
+work_type_filter=["bench.noop"])` call (the call `runworker --work-type
+bench.noop` makes) with `time.perf_counter_ns()`: the claim as the worker sees
+it, i.e. Python + driver + one round trip + the statement on the server. It
+then completes the claimed items with `complete_many` (untimed), as the worker
+does, so the table churns the way it does under a real drain; `--think-ms`
+pauses after each completion, as a handler that takes that long would. The
+first claim is not timed (the benchmark holds a lock on work_items until every
+claimer is waiting on it, so they start together; `--start-at` is the
+alternative). Each process stops when a claim comes back empty or after
+`--count` timed claims. The durations go to OUT.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("holder")
+    parser.add_argument("out")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--work-type", default="bench.noop")
+    parser.add_argument("--start-at", type=float, default=0.0)
+    parser.add_argument(
+        "--think-ms", type=float, default=0.0, help="pause after each completion (a handler)"
+    )
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from leasing.lease import LeaseManager
+
+    manager = LeaseManager(args.holder)
+    connection.ensure_connection()
+    delay = args.start_at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    # The first claim is not timed: it may wait on the benchmark's start gate.
+    first = manager.acquire_leases(args.batch, 300, work_type_filter=[args.work_type])
+    manager.complete_many([(lease.work_item_id, None) for lease in first])
+    durations_ns: list[int] = []
+    claimed = len(first)
+    for _ in range(args.count):
+        t0 = time.perf_counter_ns()
+        leases = manager.acquire_leases(args.batch, 300, work_type_filter=[args.work_type])
+        t1 = time.perf_counter_ns()
+        if not leases:
+            break
+        durations_ns.append(t1 - t0)
+        claimed += len(leases)
+        manager.complete_many([(lease.work_item_id, None) for lease in leases])
+        if args.think_ms:
+            time.sleep(args.think_ms / 1000)
+    connection.close()
+    with open(args.out, "w") as f:
+        json.dump({"holder": args.holder, "claimed": claimed, "durations_ns": durations_ns}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

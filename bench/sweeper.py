@@ -1,0 +1,45 @@
+"""One timed recovery pass in a fresh process: `RecoverySweep(...).scan_and_recover()`.
+
+    DJANGO_SETTINGS_MODULE=bench.settings DATABASE_URL=... python -m bench.sweeper OUT.json
+
+Run as a subprocess so the benchmark can enforce a time limit on a slow pass.
+Times the first pass (the one that recovers) and a second pass right after
+(nothing left to recover) with `time.perf_counter()` around the call, and
+writes both with the pass's own `RecoveryStats` to OUT.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out = argv[0]
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from leasing.recovery import RecoverySweep
+
+    connection.ensure_connection()
+    sweep = RecoverySweep(scan_interval_seconds=60)
+    result = {}
+    for name in ("first", "second"):
+        start = time.perf_counter()
+        stats = sweep.scan_and_recover()
+        wall_ms = (time.perf_counter() - start) * 1000
+        result[name] = {"wall_ms": round(wall_ms, 1), **stats.as_dict()}
+    connection.close()
+    with open(out, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Forms of the admin pages: the operator-action confirmation and the dashboard controls.
+
+Malformed input never reaches a service: a form error is shown and no row
+changes (SPEC §14).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.utils.dateparse import parse_datetime
+
+from .dashboard import THROUGHPUT_WINDOWS
+from .models import WorkItem
+
+BIGINT_MAX = 2**63 - 1
+
+
+class OperatorActionForm(forms.Form):
+    """Confirm force-release, force-fail or retry for the selected work items.
+
+    Besides the reason, the form carries two hidden fields per item: the
+    `lease_token` and the `heartbeat_at` the item had when the confirmation
+    page was rendered. The action is applied only if both are still the same:
+    a new claim changes the token, every renewal the heartbeat, and either
+    means the lease is not the one the operator looked at.
+    """
+
+    TOKEN_PREFIX = "token-"
+    HEARTBEAT_PREFIX = "heartbeat-"
+
+    reason = forms.CharField(
+        label="Reason",
+        max_length=1000,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
+        help_text=(
+            "Required. Recorded with your user name in the item's state_transition "
+            "checkpoint and in the admin log."
+        ),
+        error_messages={"required": "Give a reason: it is recorded with the action."},
+    )
+
+    def __init__(self, *args: Any, items: Iterable[WorkItem], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.items = list(items)
+        for item in self.items:
+            self.fields[self.token_field_name(item.pk)] = forms.IntegerField(
+                min_value=0,
+                max_value=BIGINT_MAX,
+                initial=item.lease_token,
+                widget=forms.HiddenInput,
+                error_messages={
+                    "required": f"The lease token of {item.pk} is missing.",
+                    "invalid": f"The lease token of {item.pk} is not a number.",
+                },
+            )
+            self.fields[self.heartbeat_field_name(item.pk)] = forms.CharField(
+                required=False,
+                initial=_iso(item.heartbeat_at),
+                widget=forms.HiddenInput,
+            )
+
+    @classmethod
+    def token_field_name(cls, pk: str) -> str:
+        return f"{cls.TOKEN_PREFIX}{pk}"
+
+    @classmethod
+    def heartbeat_field_name(cls, pk: str) -> str:
+        return f"{cls.HEARTBEAT_PREFIX}{pk}"
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        for item in self.items:
+            name = self.heartbeat_field_name(item.pk)
+            if name not in self.data:
+                self.add_error(name, f"The last heartbeat of {item.pk} is missing.")
+                continue
+            raw = cleaned.get(name) or ""
+            if raw and parse_datetime(raw) is None:
+                self.add_error(name, f"The last heartbeat of {item.pk} is not a date and time.")
+        return cleaned
+
+    def hidden_fields_for_items(self) -> list[forms.BoundField]:
+        fields = []
+        for item in self.items:
+            fields.append(self[self.token_field_name(item.pk)])
+            fields.append(self[self.heartbeat_field_name(item.pk)])
+        return fields
+
+    @property
+    def has_token_errors(self) -> bool:
+        """True when a hidden field was missing or altered (not the user's typing)."""
+        return any(
+            name.startswith((self.TOKEN_PREFIX, self.HEARTBEAT_PREFIX)) for name in self.errors
+        )
+
+    def expected_leases(self) -> dict[str, tuple[int, datetime | None]]:
+        """`{work_item_id: (token, heartbeat_at)}` as confirmed (after `is_valid()`)."""
+        result = {}
+        for item in self.items:
+            raw = self.cleaned_data.get(self.heartbeat_field_name(item.pk)) or ""
+            result[item.pk] = (
+                self.cleaned_data[self.token_field_name(item.pk)],
+                parse_datetime(raw) if raw else None,
+            )
+        return result
+
+
+def _iso(value: datetime | None) -> str:
+    return "" if value is None else value.isoformat()
+
+
+def _window_label(minutes: int) -> str:
+    return f"{minutes // 60} h" if minutes >= 60 else f"{minutes} min"
+
+
+class DashboardForm(forms.Form):
+    """The dashboard's query-string controls: throughput window and refresh period."""
+
+    DEFAULT_WINDOW = 60
+    DEFAULT_REFRESH = 30
+
+    window = forms.TypedChoiceField(
+        label="Throughput window",
+        choices=[(m, _window_label(m)) for m in THROUGHPUT_WINDOWS],
+        coerce=int,
+        required=False,
+        empty_value=DEFAULT_WINDOW,
+        initial=DEFAULT_WINDOW,
+    )
+    refresh = forms.IntegerField(
+        label="Refresh every (s, 0 = never)",
+        min_value=0,
+        max_value=3600,
+        required=False,
+        initial=DEFAULT_REFRESH,
+        widget=forms.NumberInput(attrs={"class": "vIntegerField"}),
+    )
+
+    def settings(self) -> tuple[int, int]:
+        """(window minutes, refresh seconds); the defaults when the input is invalid."""
+        if not self.is_bound or not self.is_valid():
+            return self.DEFAULT_WINDOW, self.DEFAULT_REFRESH
+        refresh = self.cleaned_data["refresh"]
+        refresh = self.DEFAULT_REFRESH if refresh is None else refresh
+        if 0 < refresh < 5:
+            refresh = 5  # a page that reloads faster than it renders helps nobody
+        return self.cleaned_data["window"], refresh

@@ -1,0 +1,172 @@
+"""Prometheus metrics of the leasing tables, computed from the database at scrape time.
+
+`LeasingCollector` runs a handful of indexed queries (through
+`leasing.dashboard`) on every scrape, so every process serving the endpoint
+reports the same numbers: the truth is the database, not a process's memory.
+It is registered in its own `CollectorRegistry`, never in prometheus_client's
+global one, so importing the app adds nothing to another exporter.
+
+Metrics (all prefixed `leasing_`):
+
+=====================================  =======  =================================================
+`work_items{status}`                   gauge    items in each status (exact)
+`active_leases`                        gauge    in-progress items (first SPEC §13 query)
+`stale_leases`                         gauge    in-progress items whose heartbeat is older than
+                                                STALE_HEARTBEAT (second column of that query)
+`leases{health}`                       gauge    in-progress items by lease health:
+                                                healthy / stale / expired (awaiting sweep)
+`leases_without_progress`              gauge    healthy leases whose handler has not beaten
+                                                for STALE_HEARTBEAT
+`pending_deferred`                     gauge    pending items waiting for their run_after
+`oldest_pending_age_seconds`           gauge    age of the oldest claimable pending item (0: none)
+`claims_total`                         counter  SUM(work_items.lease_token): every claim adds 1
+                                                and nothing subtracts
+`completions_total`                    counter  items in status completed (terminal: no action
+                                                takes an item out of it)
+`failures_total`                       counter  SUM(workers.items_failed): failures counted by
+                                                workers and items failed by the sweep
+`recoveries_total`                     counter  SUM(workers.items_recovered) of sweepers: expired
+                                                leases re-queued by the sweep
+`sweep_scans_total`                    counter  SUM(workers.scans) of sweepers
+`sweep_last_scan_timestamp_seconds`    gauge    when any sweep last scanned (absent: never)
+`processes{role,status}`               gauge    rows of the workers table
+=====================================  =======  =================================================
+
+The counters are monotonic as long as rows are not deleted from `work_items`
+(`claims_total`, `completions_total`) or `workers` (the others); a deletion
+looks like a counter reset, which `rate()` and `increase()` handle. They are
+not reset by a process restart, because they are not kept in a process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from . import dashboard
+from .models import LeaseHealth, WorkerRole, WorkerStatus
+
+PREFIX = "leasing"
+
+
+class LeasingCollector(Collector):
+    """Reads the leasing tables of database `using` at every `collect()`."""
+
+    def __init__(self, using: str = "default") -> None:
+        self.using = using
+
+    def describe(self) -> Iterable[Metric]:
+        # Declared without values, so registering the collector runs no query.
+        return list(self._families().values())
+
+    def collect(self) -> Iterator[Metric]:
+        using = self.using
+        census = dashboard.item_census(using=using)
+        health = dashboard.lease_health(using=using)
+        backlog = dashboard.backlog(using=using)
+        sweep = dashboard.sweep_health(using=using)
+        counters = dashboard.process_counters(using=using)
+        processes = dashboard.processes_by_state(using=using)
+
+        families = self._families()
+        work_items = families["work_items"]
+        for status, count in census.statuses.as_dict().items():
+            work_items.add_metric([status], count)
+        families["active_leases"].add_metric([], health.active)
+        families["stale_leases"].add_metric([], health.stale)
+        leases = families["leases"]
+        leases.add_metric([LeaseHealth.HEALTHY], health.healthy)
+        leases.add_metric([LeaseHealth.STALE], health.stale_live)
+        leases.add_metric([LeaseHealth.EXPIRED], health.expired)
+        families["leases_without_progress"].add_metric([], health.no_progress)
+        families["pending_deferred"].add_metric([], backlog.deferred)
+        families["oldest_pending_age_seconds"].add_metric([], backlog.oldest_age_seconds or 0.0)
+        families["claims"].add_metric([], census.claims_total)
+        families["completions"].add_metric([], census.statuses.completed)
+        families["failures"].add_metric([], counters.items_failed)
+        families["recoveries"].add_metric([], counters.items_recovered)
+        families["sweep_scans"].add_metric([], counters.scans)
+        if sweep.last_scan_at is not None:
+            families["sweep_last_scan_timestamp_seconds"].add_metric(
+                [], sweep.last_scan_at.timestamp()
+            )
+        for role in WorkerRole.values:
+            for status in WorkerStatus.values:
+                families["processes"].add_metric([role, status], processes.get((role, status), 0))
+        yield from families.values()
+
+    @staticmethod
+    def _families() -> dict[str, Metric]:
+        def gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels)
+
+        def counter(name: str, doc: str) -> CounterMetricFamily:
+            return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=[])
+
+        return {
+            "work_items": gauge("work_items", "Work items by status.", ["status"]),
+            "active_leases": gauge("active_leases", "Work items in progress (leased)."),
+            "stale_leases": gauge(
+                "stale_leases",
+                "In-progress work items whose heartbeat is older than STALE_HEARTBEAT.",
+            ),
+            "leases": gauge(
+                "leases",
+                "In-progress work items by lease health (healthy, stale, expired awaiting sweep).",
+                ["health"],
+            ),
+            "leases_without_progress": gauge(
+                "leases_without_progress",
+                "Healthy leases whose handler has not shown progress for STALE_HEARTBEAT.",
+            ),
+            "pending_deferred": gauge(
+                "pending_deferred", "Pending work items waiting for their run_after."
+            ),
+            "oldest_pending_age_seconds": gauge(
+                "oldest_pending_age_seconds",
+                "Age of the oldest claimable pending work item, 0 when none is waiting.",
+            ),
+            "claims": counter("claims", "Leases granted (sum of the fencing tokens)."),
+            "completions": counter("completions", "Work items completed."),
+            "failures": counter(
+                "failures", "Work item failures counted by workers and the recovery sweep."
+            ),
+            "recoveries": counter("recoveries", "Expired leases re-queued by the recovery sweep."),
+            "sweep_scans": counter("sweep_scans", "Passes of the recovery sweep."),
+            "sweep_last_scan_timestamp_seconds": gauge(
+                "sweep_last_scan_timestamp_seconds",
+                "Unix time of the newest recovery sweep pass (absent when none ever ran).",
+            ),
+            "processes": gauge(
+                "processes", "Rows of the workers table by role and status.", ["role", "status"]
+            ),
+        }
+
+
+def build_registry(using: str = "default") -> CollectorRegistry:
+    """A private registry holding only the leasing collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LeasingCollector(using))
+    return registry
+
+
+_registries: dict[str, CollectorRegistry] = {}
+
+
+def get_registry(using: str = "default") -> CollectorRegistry:
+    """The registry the metrics view serves (one per database alias, created once)."""
+    registry = _registries.get(using)
+    if registry is None:
+        registry = _registries.setdefault(using, build_registry(using))
+    return registry
+
+
+def render_latest(using: str = "default") -> tuple[bytes, str]:
+    """The exposition text and its content type."""
+    return generate_latest(get_registry(using)), CONTENT_TYPE_LATEST
+
+
+__all__ = ["LeasingCollector", "build_registry", "get_registry", "render_latest"]
