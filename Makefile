@@ -10,11 +10,12 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 SQLITE_TEST_URL := sqlite:///$(CURDIR)/.test-run.sqlite3
 DEMO_URL := sqlite:///$(CURDIR)/db.sqlite3
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 # Browser tests use Debian's Chromium; Playwright must never fetch its own.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: venv lint test test-sqlite test-postgres demo bench clean
+.PHONY: venv lint test test-sqlite test-postgres demo bench bench-dashboard clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.12 or newer is needed (with pyenv, the .python-version file selects 3.12)." >&2; exit 1; }
@@ -48,6 +49,17 @@ test: lint
 # dashboard, a worker and the sweep (Ctrl-C stops them).
 demo: venv
 	DEBUG=1 DATABASE_URL=$(DEMO_URL) $(PY) manage.py demo
+
+# The benchmark suite (BENCHMARKS.md): its own database on the PostgreSQL server
+# of DATABASE_URL; about 7 minutes. Not part of `make test` (a smoke run is).
+bench: venv
+	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
+	DATABASE_URL=$(DATABASE_URL) $(PY) -m bench.run $(BENCH_ARGS)
+
+# The admin pages at 1,000,000 work items (SPEC §15); about 3 minutes.
+bench-dashboard: venv
+	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
+	DATABASE_URL=$(DATABASE_URL) $(PY) bench/dashboard.py
 
 clean:
 	rm -rf $(VENV) .test-run.sqlite3* .test-db.sqlite3* artifacts

@@ -16,8 +16,8 @@ process waits on its first claim) right after VACUUM ANALYZE + CHECKPOINT, so
 start-up and checkpoint timing stay out of the figures.
 
 The throughput scenario runs `runworker --burst --json` with RUNWORKER_OPTIONS
-(`--work-type bench.noop --concurrency 1 --prefetch 32`, chosen with the
-`options` scenario).
+(`--work-type bench.noop --concurrency 1`: default prefetch, which adapts to
+how fast the handler is; the `options` scenario compares other settings).
 
 Scenarios (see .notes/issue6-benchmarks.md / BENCHMARKS.md for the details):
 
@@ -82,18 +82,15 @@ SCENARIOS = (
     "heartbeat",
 )
 
-# How the throughput scenario runs runworker, chosen with the `options`
-# scenario (see BENCHMARKS.md): each process serves only the bench work type,
-# one handler thread (a no-op handler gains nothing from more threads) and 32
-# items claimed ahead of it, which roughly doubles the drain rate of the
-# adaptive default (4 x concurrency ahead) on no-op items.
+# How the throughput scenario runs runworker: each process serves only the
+# bench work type with one handler thread (a no-op handler gains nothing from
+# more threads) and the default, adaptive prefetch (about 0.1 s of work claimed
+# ahead while handlers are fast). The `options` scenario compares the rest.
 RUNWORKER_OPTIONS: tuple[str, ...] = (
     "--work-type",
     "bench.noop",
     "--concurrency",
     "1",
-    "--prefetch",
-    "32",
 )
 
 # The runworker option sets the `options` scenario compares (4 processes).
@@ -976,11 +973,12 @@ class Bench:
         progress(f"  loading {rows} rows")
         load_s = self.load_sweep_rows(rows)
         runs = [self._sweep_once(expired) for expired in self.sizes.sweep_expired]
-        smallest = min(self.sizes.sweep_expired)
-        with self.without_lease_expiry_index() as dropped:
-            if dropped:
-                what_if = self._sweep_once(smallest, "what-if: no work_items_lease_expiry_idx")
-                runs.append(what_if)
+        # The same passes without their error_boundary checkpoints
+        # (`recoverysweep --no-checkpoints`): what the checkpoints cost.
+        runs += [
+            self._sweep_once(expired, "without error_boundary checkpoints", checkpoints=False)
+            for expired in self.sizes.sweep_expired
+        ]
         return {
             "measures": "wall time of the first RecoverySweep(scan_interval_seconds=60)"
             ".scan_and_recover() in a fresh process (recovery + checkpoints + retention + keys "
@@ -990,7 +988,9 @@ class Bench:
             "runs": runs,
         }
 
-    def _sweep_once(self, expired: int, variant: str = "as migrated") -> dict[str, Any]:
+    def _sweep_once(
+        self, expired: int, variant: str = "as migrated", *, checkpoints: bool = True
+    ) -> dict[str, Any]:
         rows = self.sizes.sweep_rows
         self.sql("TRUNCATE checkpoints")
         self.sql(
@@ -1003,9 +1003,10 @@ class Bench:
         self.vacuum_analyze("checkpoints")
         progress(f"  sweeping {expired} expired among {rows} ({variant})")
         out = self.log_dir / f"sweep-{expired}-{len(variant)}.json"
-        proc, _ = self.procs.spawn(
-            [PYTHON, "-m", "bench.sweeper", str(out)], env=self.env, name=f"sweep-{expired}"
-        )
+        command = [PYTHON, "-m", "bench.sweeper", str(out)]
+        if not checkpoints:
+            command.append("--no-checkpoints")
+        proc, _ = self.procs.spawn(command, env=self.env, name=f"sweep-{expired}")
         limit = self.args.sweep_timeout
         try:
             self.procs.wait_all([proc], timeout_s=limit, what="sweep pass")
@@ -1045,7 +1046,9 @@ class Bench:
 
     # --- 7. heartbeat cost --------------------------------------------------------------------
 
-    def _renew_rounds(self, manager: Any, seconds: float) -> dict[str, Any]:
+    def _renew_rounds(
+        self, manager: Any, seconds: float, extend_below: float | None = None
+    ) -> dict[str, Any]:
         from django.db import connection
 
         def counters() -> tuple[int, int]:
@@ -1067,7 +1070,7 @@ class Bench:
         start = time.perf_counter()
         while time.perf_counter() < deadline or not durations:
             t0 = time.perf_counter()
-            ok, gone = manager.renew_leases(None, 300)
+            ok, gone = manager.renew_leases(None, 300, extend_below=extend_below)
             durations.append((time.perf_counter() - t0) * 1000)
             renewed += len(ok)
             lost += len(gone)
@@ -1106,6 +1109,14 @@ class Bench:
         if len(manager.held_leases()) != n:
             raise BenchError(f"could claim only {len(manager.held_leases())} of {n} leases")
         self.vacuum_analyze()
+        # What runworker's renewer does: extend only when under half the lease
+        # is left, so the indexed expiry stays put and the update can be HOT.
+        # In steady state (a renewal every lease/10) one renewal in five or six
+        # extends; this loop runs within the first half of the lease, so it
+        # shows the cost and HOT share of the renewals that do not.
+        worker_renewer = self._renew_rounds(manager, self.sizes.heartbeat_seconds, extend_below=150)
+        # renew_lease() semantics: every renewal moves the expiry (never HOT,
+        # since work_items_lease_expiry_idx indexes it).
         as_migrated = self._renew_rounds(manager, self.sizes.heartbeat_seconds)
         # What-if, in this throwaway database only: without the partial index on
         # lease_expires_at, no index covers a column a renewal changes, so
@@ -1133,6 +1144,7 @@ class Bench:
             "unnest per 1000) in a loop; HOT share = delta n_tup_hot_upd / delta n_tup_upd of "
             "work_items over the loop. What-ifs (this throwaway database only): without "
             "work_items_lease_expiry_idx no index covers a column a renewal changes",
+            "worker_renewer": worker_renewer,
             "as_migrated": as_migrated,
             "what_if": variants,
         }
@@ -1328,8 +1340,14 @@ def table(results: dict[str, dict[str, Any]]) -> str:
                 add("  next pass (nothing expired)", f"{run['next_pass_nothing_expired_ms']} ms")
         elif name == "heartbeat":
             a = r["as_migrated"]
+            w = r["worker_renewer"]
             add(
-                f"renew_leases {a['leases']} leases",
+                f"renew_leases {w['leases']} leases, runworker renewer (keeps expiry)",
+                f"{w['renewals_per_s']:,} renewals/s, round p50 {w['round_ms']['p50']} ms, "
+                f"HOT {w['hot_share']}",
+            )
+            add(
+                f"renew_leases {a['leases']} leases, every renewal extends",
                 f"{a['renewals_per_s']:,} renewals/s, round p50 {a['round_ms']['p50']} ms, "
                 f"HOT {a['hot_share']}",
             )

@@ -1,6 +1,7 @@
 """One timed recovery pass in a fresh process: `RecoverySweep(...).scan_and_recover()`.
 
-    DJANGO_SETTINGS_MODULE=bench.settings DATABASE_URL=... python -m bench.sweeper OUT.json
+    DJANGO_SETTINGS_MODULE=bench.settings DATABASE_URL=... python -m bench.sweeper OUT.json \
+        [--no-checkpoints]
 
 Run as a subprocess so the benchmark can enforce a time limit on a slow pass.
 Times the first pass (the one that recovers) and a second pass right after
@@ -28,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     from leasing.recovery import RecoverySweep
 
     connection.ensure_connection()
-    sweep = RecoverySweep(scan_interval_seconds=60)
+    sweep = RecoverySweep(
+        scan_interval_seconds=60, create_checkpoints="--no-checkpoints" not in argv[1:]
+    )
     result = {}
     for name in ("first", "second"):
         start = time.perf_counter()

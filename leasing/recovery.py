@@ -278,14 +278,15 @@ class RecoverySweep:
         d = Dialect(self.using)
         with translate_db_errors(), transaction.atomic(using=self.using):
             if d.is_postgres:
-                rows = self._update_batch_postgres(d, fail_types)
+                rows, created = self._recover_batch_postgres(d, fail_types)
+                recovered = rows
             else:
                 rows = self._update_batch_sqlite(d, fail_types)
-            recovered = [row for row in rows if row["new_status"] is not None]
-            if recovered and self.create_checkpoints:
-                created = self._insert_checkpoints(d, recovered)
-            else:
-                created = 0
+                recovered = [row for row in rows if row["new_status"] is not None]
+                if recovered and self.create_checkpoints:
+                    created = self._insert_checkpoints(d, recovered)
+                else:
+                    created = 0
             # Re-queued items are claimable at once: wake idle workers.
             notify_enqueued(
                 self.using,
@@ -323,40 +324,96 @@ class RecoverySweep:
         """
         return sql, [FAIL_POLICY_MESSAGE, MAX_RETRIES_MESSAGE]
 
-    def _update_batch_postgres(self, d: Dialect, fail_types: list[str]) -> list[dict[str, Any]]:
-        # PostgreSQL 15's RETURNING has no OLD values, so the candidate CTE
-        # captures the expired lease while it locks the rows. The lock re-checks
-        # the CTE's WHERE (status and expiry) against the newest row version and
-        # holds the row until commit, so the UPDATE joins on the key and token
-        # alone: re-stating the conditions there lets the planner drive the join
-        # from the expiry index, a nested loop that is quadratic in the batch.
-        # NO KEY UPDATE is the lock the UPDATE itself takes: it conflicts with a
-        # worker's FOR SHARE checkpoint fence and with other sweeps (which skip
-        # the row), but not with the FOR KEY SHARE of a foreign-key check, so a
-        # checkpoint being inserted for a locked item cannot deadlock with us.
+    def _recover_batch_postgres(
+        self, d: Dialect, fail_types: list[str]
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Lock a batch, take its task locks, then recover and checkpoint in one statement.
+
+        1. Lock the expired rows (`FOR NO KEY UPDATE SKIP LOCKED`: other sweeps
+           and busy workers skip them; the lock re-checks status and expiry on
+           the newest row version and holds the row until commit). NO KEY
+           UPDATE is the lock the UPDATE itself takes: it conflicts with a
+           worker's FOR SHARE checkpoint fence, but not with the FOR KEY SHARE
+           of a foreign-key check, so a checkpoint being inserted for a locked
+           item cannot deadlock with us.
+        2. Take the per-task checkpoint locks in sorted order.
+        3. One statement reads the locked rows' lease (its snapshot is taken
+           after step 2, so it also sees every checkpoint committed so far),
+           recovers them and writes their `error_boundary` checkpoints, built
+           in SQL: nothing is shipped back and forth per row.
+        """
+        locked = execute(
+            self.using,
+            f"""
+            SELECT work_item_id, task_id FROM work_items
+            WHERE status = 'in_progress' AND lease_expires_at < {d.now}
+            ORDER BY lease_expires_at
+            LIMIT %s
+            FOR NO KEY UPDATE SKIP LOCKED
+            """,
+            [self.batch_size],
+        )
+        if not locked:
+            return [], 0
+        ids = [row["work_item_id"] for row in locked]
+        if self.create_checkpoints:
+            lock_task_sequences(self.using, (row["task_id"] for row in locked))
         set_sql, set_params = self._set_clause(d)
-        sql = f"""
+        checkpoints_sql = ""
+        checkpoint_params: list[Any] = []
+        if self.create_checkpoints:
+            checkpoints_sql = f"""
+            , written AS (
+                INSERT INTO checkpoints (checkpoint_id, task_id, work_item_id, checkpoint_type,
+                                         sequence_number, snapshot_data, metadata, created_at)
+                SELECT (%s::text[])[row_number() OVER (ORDER BY c.task_id, c.work_item_id)],
+                       c.task_id, c.work_item_id, 'error_boundary',
+                       COALESCE((SELECT MAX(sequence_number) FROM checkpoints AS existing
+                                 WHERE existing.task_id = c.task_id), 0)
+                       + row_number() OVER (PARTITION BY c.task_id ORDER BY c.work_item_id),
+                       jsonb_build_object(
+                           'error', r.error_message, 'reason', 'lease_expired',
+                           'old_status', 'in_progress', 'new_status', r.status,
+                           'will_retry', r.status = 'pending',
+                           'retry_count', r.retry_count, 'max_retries', c.max_retries,
+                           'work_type', c.work_type, 'lease_holder', c.lease_holder,
+                           'lease_token', c.lease_token,
+                           'lease_expires_at', c.lease_expires_at,
+                           'heartbeat_at', c.heartbeat_at, 'recovered_at', r.updated_at),
+                       %s::jsonb, {d.now}
+                FROM c JOIN recovered AS r ON r.work_item_id = c.work_item_id
+                RETURNING 1
+            )"""
+            checkpoint_params = [
+                new_ulids(len(ids)),
+                dump_json({"source": "recovery_sweep", "sweeper": self.worker_id}),
+            ]
+        rows = execute(
+            self.using,
+            f"""
             WITH c AS (
-                SELECT work_item_id, lease_holder, lease_token, lease_expires_at, heartbeat_at,
+                SELECT work_item_id, task_id, work_type, lease_holder, lease_token,
+                       lease_expires_at, heartbeat_at, max_retries,
                        (retry_count < max_retries
                         AND NOT work_type = ANY(%s::text[])) AS will_retry,
                        (work_type = ANY(%s::text[])) AS fail_policy
-                FROM work_items
-                WHERE status = 'in_progress' AND lease_expires_at < {d.now}
-                ORDER BY lease_expires_at
-                LIMIT %s
-                FOR NO KEY UPDATE SKIP LOCKED
-            )
-            UPDATE work_items AS w SET {set_sql}
-            FROM c
-            WHERE w.work_item_id = c.work_item_id AND w.lease_token = c.lease_token
-            RETURNING c.work_item_id, c.lease_holder AS old_holder, c.lease_token AS old_token,
-                      c.lease_expires_at AS old_expires_at, c.heartbeat_at AS old_heartbeat_at,
-                      w.task_id, w.work_type, w.queue_name, w.status AS new_status,
-                      w.retry_count, w.max_retries, w.error_message, w.updated_at
-        """
-        params = [fail_types, fail_types, self.batch_size, *set_params]
-        return execute(self.using, sql, params)
+                FROM work_items WHERE work_item_id = ANY(%s::text[])
+            ), recovered AS (
+                UPDATE work_items AS w SET {set_sql}
+                FROM c
+                WHERE w.work_item_id = c.work_item_id AND w.lease_token = c.lease_token
+                RETURNING w.work_item_id, w.status, w.retry_count, w.error_message,
+                          w.queue_name, w.updated_at
+            ){checkpoints_sql}
+            SELECT r.work_item_id, r.status AS new_status, r.queue_name,
+                   {"(SELECT count(*) FROM written)" if self.create_checkpoints else "0"}
+                       AS checkpoints
+            FROM recovered AS r
+            """,
+            [fail_types, fail_types, ids, *set_params, *checkpoint_params],
+        )
+        created = rows[0]["checkpoints"] if rows else 0
+        return rows, created
 
     def _update_batch_sqlite(self, d: Dialect, fail_types: list[str]) -> list[dict[str, Any]]:
         # The IMMEDIATE transaction holds SQLite's only write lock from its first

@@ -100,10 +100,16 @@ def test_quick_bench_reports_every_scenario() -> None:
 
     for run in records["sweep"]["runs"]:
         assert "timed_out_after_s" not in run, run
-        assert run["checkpoints_created"] == run["expired"] > 0 and _positive(run["wall_ms"]), run
+        assert run["expired"] > 0 and _positive(run["wall_ms"]), run
+        with_checkpoints = run["variant"] == "as migrated"
+        assert run["checkpoints_created"] == (run["expired"] if with_checkpoints else 0), run
 
-    heartbeat = records["heartbeat"]["as_migrated"]
-    assert heartbeat["lost"] == 0 and _positive(heartbeat["renewals_per_s"]), heartbeat
-    assert heartbeat["hot_share"] is not None
+    for variant in ("as_migrated", "worker_renewer"):
+        heartbeat = records["heartbeat"][variant]
+        assert heartbeat["lost"] == 0 and _positive(heartbeat["renewals_per_s"]), heartbeat
+        assert heartbeat["hot_share"] is not None
+    # The worker's renewer keeps the indexed expiry while half the lease is
+    # left, so PostgreSQL can apply most of its renewals as HOT updates.
+    assert records["heartbeat"]["worker_renewer"]["hot_share"] > 0.5
 
     assert elapsed < 60, f"the quick benchmark took {elapsed:.0f}s"

@@ -389,16 +389,19 @@ def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkey
     LeaseManager("w").acquire_lease()
     expire(item.pk)
     s = sweep()
-    real = RecoverySweep._insert_checkpoints
+    import leasing.recovery
+
+    real = leasing.recovery.notify_enqueued
     calls = {"n": 0}
 
-    def flaky(self, d, rows):
+    # Fails after the batch's UPDATE and checkpoints, still inside its transaction.
+    def flaky(using, queue_names):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("disk full")
-        return real(self, d, rows)
+        return real(using, queue_names)
 
-    monkeypatch.setattr(RecoverySweep, "_insert_checkpoints", flaky)
+    monkeypatch.setattr(leasing.recovery, "notify_enqueued", flaky)
 
     first = s.scan_and_recover()
     assert (first.errors, first.recovered, first.expired_found) == (1, 0, 0)
