@@ -101,3 +101,16 @@ def test_one_bad_item_rejects_the_whole_batch():
     with pytest.raises(InvalidInput, match="mapping"):
         enqueue_many(["not a mapping"])
     assert WorkItem.objects.count() == 0
+
+
+def test_max_retries_defaults_to_the_handlers_option():
+    from leasing.handlers import registry
+
+    registry.register("test.picky", lambda ctx: None, max_retries=7)
+    try:
+        assert enqueue("t", "test.picky").max_retries == 7
+        assert enqueue("t", "test.picky", max_retries=1).max_retries == 1
+        [item] = enqueue_many([{"task_id": "t", "work_type": "test.picky"}])
+        assert WorkItem.objects.get(pk=item.pk).max_retries == 7
+    finally:
+        registry.unregister("test.picky")

@@ -383,3 +383,40 @@ def test_batch_renewal_with_extend_below_only_extends_short_leases(make_items):
     assert long_after["heartbeat_at"] > long_before["heartbeat_at"]
     # Under the threshold: extended to now + duration as usual.
     assert short_after["lease_expires_at"] - short_after["heartbeat_at"] == timedelta(seconds=100)
+
+
+def test_zombie_batched_completions_are_refused(make_items):
+    items = make_items(3)
+    a, b = LeaseManager("worker-a"), LeaseManager("worker-b")
+    a.acquire_leases(3, lease_duration_seconds=30)
+    # items[0] is recovered by the sweep and re-claimed by B; A is a zombie for it.
+    expire_now(items[0].pk)
+    WorkItem.objects.expired().filter(pk=items[0].pk).update(
+        status="pending", lease_holder=None, lease_expires_at=None, retry_count=1
+    )
+    [b_lease] = b.acquire_leases(1, lease_duration_seconds=30)
+    assert b_lease.work_item_id == items[0].pk
+    before = snapshot(items[0].pk)
+
+    completed, lost = a.complete_many([(items[0].pk, '{"by": "zombie"}'), (items[1].pk, "1")])
+    assert completed == [items[1].pk] and lost == [items[0].pk]
+    assert snapshot(items[0].pk) == before
+
+    done, gone, claimed = a.complete_and_acquire([(items[2].pk, "2")], 5, 30)
+    assert (done, gone) == ([items[2].pk], [])
+    assert claimed == []  # nothing pending: B's item is not taken from it
+    assert snapshot(items[0].pk) == before
+    b.release_lease(items[0].pk, success=True, output_data={"by": "worker-b"})
+    assert snapshot(items[0].pk)["output_data"] == {"by": "worker-b"}
+
+
+def test_complete_and_acquire_completes_and_claims_in_one_round_trip(make_items):
+    items = make_items(4)
+    m = LeaseManager("w1")
+    [first] = m.acquire_leases(1)
+    done, lost, leases = m.complete_and_acquire([(first.id, '{"ok": true}')], 2)
+    assert done == [first.id] and lost == []
+    assert [lease.id for lease in leases] == [items[1].pk, items[2].pk]
+    assert snapshot(first.id)["status"] == "completed"
+    assert snapshot(first.id)["output_data"] == {"ok": True}
+    assert {lease.id for lease in m.held_leases()} == {items[1].pk, items[2].pk}

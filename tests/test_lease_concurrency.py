@@ -83,3 +83,34 @@ def test_leases_expire_by_the_database_clock_not_the_process_clock(make_items, s
         with pytest.raises(LeaseExpiredError):
             manager.renew_lease(item.pk, lease_duration_seconds=1)
     assert WorkItem.objects.expired().filter(pk=item.pk).exists()
+
+
+def test_eight_runworker_processes_run_every_item_exactly_once(make_items, spawn, tmp_path):
+    # The real worker: batched claims with prefetch, batched fenced completions.
+    from leasing.enqueue import enqueue_many
+
+    record = tmp_path / "runs.txt"
+    items = enqueue_many([{"task_id": f"t{i}", "work_type": "test.noop"} for i in range(2000)])
+    procs = [
+        spawn(
+            "manage.py",
+            "runworker",
+            "--burst",
+            "--poll-interval",
+            "0.05",
+            "--work-type",
+            "test.noop",
+            env={"LEASING_TEST_RECORD": str(record), "LEASING_LOG_LEVEL": "WARNING"},
+        )
+        for _ in range(8)
+    ]
+    for proc in procs:
+        _out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    runs = Counter(line.split()[0] for line in record.read_text().splitlines())
+    assert set(runs) == {item.pk for item in items}
+    assert max(runs.values()) == 1, "an item's handler ran twice"
+    assert WorkItem.objects.completed().count() == 2000
+    assert set(WorkItem.objects.values_list("lease_token", flat=True)) == {1}
+    workers = {line.split()[3] for line in record.read_text().splitlines()}
+    assert len(workers) >= 2
