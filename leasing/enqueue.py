@@ -55,27 +55,45 @@ def _validate(
     *,
     retry_defaults: dict[str, int],
 ) -> _NewItem:
-    work_type = validation.non_empty_text("work_type", work_type)
+    # The common case is checked inline (this runs 100,000 times for a large
+    # batch); anything unusual goes through the validators, which raise the
+    # specific error.
+    if not _plain_text(work_type):
+        work_type = validation.non_empty_text("work_type", work_type)
+    if not _plain_text(task_id):
+        task_id = validation.non_empty_text("task_id", task_id)
+    if not _plain_text(queue_name):
+        queue_name = validation.non_empty_text("queue_name", queue_name)
     if max_retries is None:
         # The handler's default for its type, else LEASING["MAX_RETRIES"].
         max_retries = retry_defaults.get(work_type)
         if max_retries is None:
             max_retries = retry_defaults[work_type] = _default_max_retries(work_type)
-    return _NewItem(
-        work_item_id=work_item_id,
-        task_id=validation.non_empty_text("task_id", task_id),
-        work_type=work_type,
-        input_json=validation.payload("input_data", input_data),
-        input_data=input_data,
-        priority=validation.integer(
-            "priority", priority, minimum=validation.PG_INT_MIN, maximum=validation.PG_INT_MAX
-        ),
-        max_retries=validation.integer(
+    elif not (type(max_retries) is int and 0 <= max_retries <= validation.PG_INT_MAX):
+        max_retries = validation.integer(
             "max_retries", max_retries, minimum=0, maximum=validation.PG_INT_MAX
-        ),
-        run_after=validation.aware_datetime("run_after", run_after),
-        queue_name=validation.non_empty_text("queue_name", queue_name),
+        )
+    if not (type(priority) is int and validation.PG_INT_MIN <= priority <= validation.PG_INT_MAX):
+        priority = validation.integer(
+            "priority", priority, minimum=validation.PG_INT_MIN, maximum=validation.PG_INT_MAX
+        )
+    if run_after is not None:
+        run_after = validation.aware_datetime("run_after", run_after)
+    return _NewItem(
+        work_item_id,
+        task_id,
+        work_type,
+        validation.payload("input_data", input_data),
+        input_data,
+        priority,
+        max_retries,
+        run_after,
+        queue_name,
     )
+
+
+def _plain_text(value: Any) -> bool:
+    return type(value) is str and value != "" and not value.isspace() and "\x00" not in value
 
 
 def _default_max_retries(work_type: str) -> int:
