@@ -242,16 +242,7 @@ class LeaseManager:
         rows = execute(
             self.using,
             f"""
-            WITH done AS (
-                UPDATE work_items AS w
-                SET status = 'completed', output_data = v.output::jsonb,
-                    error_message = NULL, lease_holder = NULL, lease_expires_at = NULL,
-                    completed_at = {d.now}, updated_at = {d.now}
-                FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
-                WHERE w.work_item_id = v.id AND w.lease_token = v.token
-                  AND w.lease_holder = %s AND w.status = 'in_progress'
-                RETURNING w.work_item_id
-            ),
+            WITH done AS ({_complete_batch_sql(d)}),
             {claim.ctes}
             SELECT 'claimed' AS kind, {_RETURNING} FROM claimed
             UNION ALL
@@ -700,16 +691,7 @@ class LeaseManager:
             if d.is_postgres:
                 rows = execute(
                     self.using,
-                    f"""
-                    UPDATE work_items AS w
-                    SET status = 'completed', output_data = v.output::jsonb,
-                        error_message = NULL, lease_holder = NULL, lease_expires_at = NULL,
-                        completed_at = {d.now}, updated_at = {d.now}
-                    FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
-                    WHERE w.work_item_id = v.id AND w.lease_token = v.token
-                      AND w.lease_holder = %s AND w.status = 'in_progress'
-                    RETURNING w.work_item_id
-                    """,
+                    _complete_batch_sql(d),
                     [
                         [item_id for item_id, _ in chunk],
                         [tokens[item_id] for item_id, _ in chunk],
@@ -816,6 +798,23 @@ class LeaseManager:
             + (f" with token {current}" if current != token else "")
             + "."
         )
+
+
+def _complete_batch_sql(d: Dialect) -> str:
+    """PostgreSQL: complete held leases given as (ids, tokens, outputs) arrays and the holder.
+
+    Fenced per row like `release_lease()`; returns the ids it completed.
+    """
+    return f"""
+        UPDATE work_items AS w
+        SET status = 'completed', output_data = v.output::jsonb,
+            error_message = NULL, lease_holder = NULL, lease_expires_at = NULL,
+            completed_at = {d.now}, updated_at = {d.now}
+        FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
+        WHERE w.work_item_id = v.id AND w.lease_token = v.token
+          AND w.lease_holder = %s AND w.status = 'in_progress'
+        RETURNING w.work_item_id
+    """
 
 
 def _replace_expiry(lease: Lease, expires_at: datetime) -> Lease:

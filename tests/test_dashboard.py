@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 from django.core.cache import cache
-from django.db import connection
 from django.test import Client
 
 from leasing import dashboard
@@ -17,6 +16,7 @@ from leasing.db import database_now
 from leasing.enqueue import enqueue
 from leasing.lease import LeaseManager
 from leasing.models import Worker, WorkItem
+from tests.spec_sql import ACTIVE_AND_STALE, RETRY_DISTRIBUTION, TIMELINE, run
 from tests.test_admin_support import (
     PAYLOAD,
     SECRET,
@@ -229,26 +229,6 @@ def test_timeline_is_in_sequence_order_and_redacted_unless_asked():
 
 
 # --- the SPEC §13 queries ---------------------------------------------------------
-
-ACTIVE_AND_STALE = """
-SELECT COUNT(*) AS active_leases,
-       COUNT(*) FILTER (WHERE heartbeat_at < now() - interval '2 minutes') AS stale_leases
-FROM work_items WHERE status = 'in_progress';
-"""
-RETRY_DISTRIBUTION = """
-SELECT retry_count, COUNT(*) FROM work_items
-WHERE status IN ('completed', 'failed') GROUP BY retry_count;
-"""
-TIMELINE = """
-SELECT checkpoint_type, sequence_number, snapshot_data, created_at
-FROM checkpoints WHERE task_id = 'task-001' ORDER BY sequence_number;
-"""
-
-
-def run(sql: str) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql)
-        return cursor.fetchall()
 
 
 @pytest.mark.postgres

@@ -5,35 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 
 from leasing.checkpoints import create_checkpoint
 from leasing.db import database_now
 from leasing.enqueue import enqueue, enqueue_many
 from leasing.lease import LeaseManager
 from leasing.models import WorkItem
+from tests.spec_sql import ACTIVE_AND_STALE, RETRY_DISTRIBUTION, TIMELINE, run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
-
-ACTIVE_AND_STALE = """
-SELECT COUNT(*) AS active_leases,
-       COUNT(*) FILTER (WHERE heartbeat_at < now() - interval '2 minutes') AS stale_leases
-FROM work_items WHERE status = 'in_progress';
-"""
-RETRY_DISTRIBUTION = """
-SELECT retry_count, COUNT(*) FROM work_items
-WHERE status IN ('completed', 'failed') GROUP BY retry_count;
-"""
-TIMELINE = """
-SELECT checkpoint_type, sequence_number, snapshot_data, created_at
-FROM checkpoints WHERE task_id = 'task-001' ORDER BY sequence_number;
-"""
-
-
-def run(sql: str) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql)
-        return cursor.fetchall()
 
 
 def test_spec_queries_run_unchanged_and_agree_with_the_tables():
