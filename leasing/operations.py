@@ -165,37 +165,15 @@ def apply_action(
         if not rows:
             raise WorkItemNotFound(work_item_id)
         before = rows[0]
-        if before["status"] not in allowed:
+        skipped = _skip_reason(before, allowed, expected_token, expected_heartbeat_at)
+        if skipped:
             return OperatorResult(
                 work_item_id,
                 action,
                 applied=False,
                 old_status=before["status"],
                 new_status=None,
-                detail=f"skipped: it is {before['status']}, not {' or '.join(allowed)}",
-            )
-        if expected_token is not None and before["lease_token"] != expected_token:
-            return OperatorResult(
-                work_item_id,
-                action,
-                applied=False,
-                old_status=before["status"],
-                new_status=None,
-                detail=(
-                    f"skipped: its lease changed since the page was shown "
-                    f"(token {expected_token} -> {before['lease_token']})"
-                ),
-            )
-        if expected_heartbeat_at is not UNCHECKED and (
-            to_datetime(before["heartbeat_at"]) != expected_heartbeat_at
-        ):
-            return OperatorResult(
-                work_item_id,
-                action,
-                applied=False,
-                old_status=before["status"],
-                new_status=None,
-                detail="skipped: its lease was renewed since the page was shown",
+                detail=f"skipped: {skipped}",
             )
 
         message = f"{_LABEL[action]} by {actor}: {reason}"
@@ -248,6 +226,27 @@ _LABEL = {
     Action.FORCE_FAIL: "Force-failed",
     Action.RETRY: "Retried",
 }
+
+
+def _skip_reason(
+    before: dict[str, Any],
+    allowed: tuple[str, ...],
+    expected_token: int | None,
+    expected_heartbeat_at: datetime | None,
+) -> str | None:
+    """Why the row is no longer the one the operator saw, or None."""
+    if before["status"] not in allowed:
+        return f"it is {before['status']}, not {' or '.join(allowed)}"
+    if expected_token is not None and before["lease_token"] != expected_token:
+        return (
+            "its lease changed since the page was shown "
+            f"(token {expected_token} -> {before['lease_token']})"
+        )
+    if expected_heartbeat_at is not UNCHECKED and (
+        to_datetime(before["heartbeat_at"]) != expected_heartbeat_at
+    ):
+        return "its lease was renewed since the page was shown"
+    return None
 
 
 def _set_clause(action: str, d: Dialect, message: str) -> tuple[str, list[Any]]:

@@ -570,7 +570,11 @@ class Worker:
 
     def _execute(self, slot: _Slot) -> None:
         lease, spec = slot.lease, slot.spec
-        connections[self.using].close_if_unusable_or_obsolete()
+        connection = connections[self.using]
+        if connection.errors_occurred:
+            # Only after a failure: the check resets Django's health-check flag,
+            # which would cost every database-using handler a `SELECT 1`.
+            connection.close_if_unusable_or_obsolete()
         context = WorkContext(lease, slot.heartbeat, using=self.using)
         slot.context = context
         slot.started = True

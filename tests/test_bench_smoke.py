@@ -18,21 +18,10 @@ from typing import Any
 
 import pytest
 
+from bench.run import SCENARIOS
 from tests.conftest import ROOT, database_url
 
 pytestmark = pytest.mark.postgres
-
-SCENARIOS = (
-    "enqueue",
-    "throughput",
-    "ceiling",
-    "options",
-    "claim",
-    "pickup",
-    "recovery",
-    "sweep",
-    "heartbeat",
-)
 
 
 def _positive(value: Any) -> bool:
