@@ -113,8 +113,9 @@ def to_datetime(value: Any) -> datetime | None:
     return value
 
 
-def fetch_dicts(cursor: Any) -> list[dict[str, Any]]:
-    columns = [col[0] for col in cursor.description]
+def fetch_dicts(cursor: Any, description: Any = None) -> list[dict[str, Any]]:
+    # psycopg builds `description` anew on every access: read it once.
+    columns = [col[0] for col in description or cursor.description]
     return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
 
@@ -122,9 +123,10 @@ def execute(using: str, sql: str, params: Iterable[Any] = ()) -> list[dict[str, 
     """Run one statement and return its rows (RETURNING or SELECT) as dicts."""
     with translate_db_errors(), connections[using].cursor() as cursor:
         cursor.execute(sql, list(params))
-        if cursor.description is None:
+        description = cursor.description
+        if description is None:
             return []
-        return fetch_dicts(cursor)
+        return fetch_dicts(cursor, description)
 
 
 def database_now(using: str = "default") -> datetime:

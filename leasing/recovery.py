@@ -49,8 +49,9 @@ from . import registry, validation
 from .checkpoints import cleanup_checkpoints, lock_task_sequences
 from .conf import get_settings
 from .db import Dialect, database_now, dump_json, execute, to_datetime, translate_db_errors
-from .enqueue import notify_enqueued
+from .enqueue import NOTIFY_CHANNEL
 from .exceptions import DatabaseUnavailable, InvalidInput
+from .idempotency import delete_expired_keys
 from .ids import new_ulids
 from .models import CheckpointType, Worker, WorkerRole, WorkerStatus, WorkItemStatus
 
@@ -116,6 +117,14 @@ class _PassCounters:
     workers_lost: int = 0
     batches: int = 0
     scanned_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchOutcome:
+    found: int = 0  # expired rows locked
+    requeued: int = 0
+    failed: int = 0
+    checkpoints: int = 0
 
 
 class RecoverySweep:
@@ -278,31 +287,16 @@ class RecoverySweep:
         d = Dialect(self.using)
         with translate_db_errors(), transaction.atomic(using=self.using):
             if d.is_postgres:
-                rows, created = self._recover_batch_postgres(d, fail_types)
-                recovered = rows
+                outcome = self._recover_batch_postgres(d, fail_types)
             else:
-                rows = self._update_batch_sqlite(d, fail_types)
-                recovered = [row for row in rows if row["new_status"] is not None]
-                if recovered and self.create_checkpoints:
-                    created = self._insert_checkpoints(d, recovered)
-                else:
-                    created = 0
-            # Re-queued items are claimable at once: wake idle workers.
-            notify_enqueued(
-                self.using,
-                {
-                    row["queue_name"]
-                    for row in recovered
-                    if row["new_status"] == WorkItemStatus.PENDING and row.get("queue_name")
-                },
-            )
+                outcome = self._recover_batch_sqlite(d, fail_types)
         # Counted only once the transaction has committed.
         counters.batches += 1
-        counters.expired_found += len(rows)
-        counters.recovered += sum(1 for r in recovered if r["new_status"] == WorkItemStatus.PENDING)
-        counters.failed += sum(1 for r in recovered if r["new_status"] == WorkItemStatus.FAILED)
-        counters.checkpoints_created += created
-        return len(rows)
+        counters.expired_found += outcome.found
+        counters.recovered += outcome.requeued
+        counters.failed += outcome.failed
+        counters.checkpoints_created += outcome.checkpoints
+        return outcome.found
 
     def _set_clause(self, d: Dialect) -> tuple[str, list[Any]]:
         """The SET of the recovery UPDATE; `c` is the candidate row with its decisions."""
@@ -324,40 +318,52 @@ class RecoverySweep:
         """
         return sql, [FAIL_POLICY_MESSAGE, MAX_RETRIES_MESSAGE]
 
-    def _recover_batch_postgres(
-        self, d: Dialect, fail_types: list[str]
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Lock a batch, take its task locks, then recover and checkpoint in one statement.
+    def _recover_batch_postgres(self, d: Dialect, fail_types: list[str]) -> _BatchOutcome:
+        """Two statements: lock a batch and its tasks; recover, checkpoint and notify.
 
         1. Lock the expired rows (`FOR NO KEY UPDATE SKIP LOCKED`: other sweeps
            and busy workers skip them; the lock re-checks status and expiry on
-           the newest row version and holds the row until commit). NO KEY
-           UPDATE is the lock the UPDATE itself takes: it conflicts with a
-           worker's FOR SHARE checkpoint fence, but not with the FOR KEY SHARE
-           of a foreign-key check, so a checkpoint being inserted for a locked
-           item cannot deadlock with us.
-        2. Take the per-task checkpoint locks in sorted order.
-        3. One statement reads the locked rows' lease (its snapshot is taken
-           after step 2, so it also sees every checkpoint committed so far),
-           recovers them and writes their `error_boundary` checkpoints, built
-           in SQL: nothing is shipped back and forth per row.
+           the newest row version and holds the row until commit), then take
+           their per-task checkpoint locks in sorted order. NO KEY UPDATE is
+           the lock the UPDATE itself takes: it conflicts with a worker's FOR
+           SHARE checkpoint fence, but not with the FOR KEY SHARE of a
+           foreign-key check, so a checkpoint being inserted for a locked item
+           cannot deadlock with us. The locked rows come back as one array
+           literal of their row addresses (ctid), never parsed in Python: a row
+           locked by this transaction cannot move until it commits.
+        2. One statement reads the locked rows' lease (its snapshot is taken
+           after step 1's task locks, so it also sees every checkpoint
+           committed so far), recovers them, writes their `error_boundary`
+           checkpoints (built in SQL) and wakes idle workers for the re-queued
+           ones. It returns one row of counts: nothing travels per item.
         """
+        task_locks = "0"
+        if self.create_checkpoints:
+            # Sorted by code point, as lock_task_sequences() sorts in Python:
+            # every holder of several task locks takes them in one order.
+            task_locks = """(
+                SELECT count(pg_advisory_xact_lock(
+                           hashtextextended('leasing.checkpoints:' || t, 0)))
+                FROM (SELECT DISTINCT task_id COLLATE "C" AS t FROM locked ORDER BY 1) AS o
+            )"""
         locked = execute(
             self.using,
             f"""
-            SELECT work_item_id, task_id FROM work_items
-            WHERE status = 'in_progress' AND lease_expires_at < {d.now}
-            ORDER BY lease_expires_at
-            LIMIT %s
-            FOR NO KEY UPDATE SKIP LOCKED
+            WITH locked AS (
+                SELECT ctid, task_id FROM work_items
+                WHERE status = 'in_progress' AND lease_expires_at < {d.now}
+                ORDER BY lease_expires_at
+                LIMIT %s
+                FOR NO KEY UPDATE SKIP LOCKED
+            )
+            SELECT count(*) AS found, array_agg(ctid)::text AS tids, {task_locks} AS task_locks
+            FROM locked
             """,
             [self.batch_size],
-        )
-        if not locked:
-            return [], 0
-        ids = [row["work_item_id"] for row in locked]
-        if self.create_checkpoints:
-            lock_task_sequences(self.using, (row["task_id"] for row in locked))
+        )[0]
+        found = locked["found"]
+        if not found:
+            return _BatchOutcome()
         set_sql, set_params = self._set_clause(d)
         checkpoints_sql = ""
         checkpoint_params: list[Any] = []
@@ -385,10 +391,11 @@ class RecoverySweep:
                 RETURNING 1
             )"""
             checkpoint_params = [
-                new_ulids(len(ids)),
+                # ULIDs are [0-9A-Z]: an array literal needs no quoting.
+                "{" + ",".join(new_ulids(found)) + "}",
                 dump_json({"source": "recovery_sweep", "sweeper": self.worker_id}),
             ]
-        rows = execute(
+        outcome = execute(
             self.using,
             f"""
             WITH c AS (
@@ -397,7 +404,7 @@ class RecoverySweep:
                        (retry_count < max_retries
                         AND NOT work_type = ANY(%s::text[])) AS will_retry,
                        (work_type = ANY(%s::text[])) AS fail_policy
-                FROM work_items WHERE work_item_id = ANY(%s::text[])
+                FROM work_items WHERE ctid = ANY(%s::tid[])
             ), recovered AS (
                 UPDATE work_items AS w SET {set_sql}
                 FROM c
@@ -405,15 +412,45 @@ class RecoverySweep:
                 RETURNING w.work_item_id, w.status, w.retry_count, w.error_message,
                           w.queue_name, w.updated_at
             ){checkpoints_sql}
-            SELECT r.work_item_id, r.status AS new_status, r.queue_name,
+            SELECT count(*) FILTER (WHERE status = 'pending') AS requeued,
+                   count(*) FILTER (WHERE status = 'failed') AS failed,
                    {"(SELECT count(*) FROM written)" if self.create_checkpoints else "0"}
-                       AS checkpoints
-            FROM recovered AS r
+                       AS checkpoints,
+                   -- Re-queued items are claimable at once: wake idle workers
+                   -- (delivered on commit).
+                   (SELECT count(pg_notify(%s, q))
+                    FROM (SELECT DISTINCT queue_name AS q FROM recovered
+                          WHERE status = 'pending') AS n) AS notified
+            FROM recovered
             """,
-            [fail_types, fail_types, ids, *set_params, *checkpoint_params],
+            [
+                fail_types,
+                fail_types,
+                locked["tids"],
+                *set_params,
+                *checkpoint_params,
+                NOTIFY_CHANNEL,
+            ],
+        )[0]
+        return _BatchOutcome(
+            found=found,
+            requeued=outcome["requeued"],
+            failed=outcome["failed"],
+            checkpoints=outcome["checkpoints"],
         )
-        created = rows[0]["checkpoints"] if rows else 0
-        return rows, created
+
+    def _recover_batch_sqlite(self, d: Dialect, fail_types: list[str]) -> _BatchOutcome:
+        rows = self._update_batch_sqlite(d, fail_types)
+        recovered = [row for row in rows if row["new_status"] is not None]
+        created = 0
+        if recovered and self.create_checkpoints:
+            created = self._insert_checkpoints(d, recovered)
+        return _BatchOutcome(
+            found=len(rows),
+            requeued=sum(1 for r in recovered if r["new_status"] == WorkItemStatus.PENDING),
+            failed=sum(1 for r in recovered if r["new_status"] == WorkItemStatus.FAILED),
+            checkpoints=created,
+        )
 
     def _update_batch_sqlite(self, d: Dialect, fail_types: list[str]) -> list[dict[str, Any]]:
         # The IMMEDIATE transaction holds SQLite's only write lock from its first
@@ -550,8 +587,6 @@ class RecoverySweep:
         self._last_cleanup_at = counters.scanned_at
 
     def _expire_keys(self, counters: _PassCounters) -> None:
-        from .idempotency import delete_expired_keys
-
         counters.keys_expired = delete_expired_keys(
             using=self.using, batch_size=max(self.batch_size, 1000)
         )

@@ -389,19 +389,22 @@ def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkey
     LeaseManager("w").acquire_lease()
     expire(item.pk)
     s = sweep()
-    import leasing.recovery
-
-    real = leasing.recovery.notify_enqueued
     calls = {"n": 0}
 
     # Fails after the batch's UPDATE and checkpoints, still inside its transaction.
-    def flaky(using, queue_names):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("disk full")
-        return real(using, queue_names)
+    def flaky(real):
+        def batch(self, d, fail_types):
+            outcome = real(self, d, fail_types)
+            calls["n"] += 1
+            if calls["n"] == 1:
+                assert outcome.requeued == 1 and outcome.checkpoints == 1
+                raise RuntimeError("disk full")
+            return outcome
 
-    monkeypatch.setattr(leasing.recovery, "notify_enqueued", flaky)
+        return batch
+
+    for name in ("_recover_batch_postgres", "_recover_batch_sqlite"):
+        monkeypatch.setattr(RecoverySweep, name, flaky(getattr(RecoverySweep, name)))
 
     first = s.scan_and_recover()
     assert (first.errors, first.recovered, first.expired_found) == (1, 0, 0)
@@ -441,6 +444,26 @@ def test_background_sweep_survives_a_database_outage(db, monkeypatch):
         assert s.is_running()
     finally:
         s.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_requeued_items_wake_listening_workers_on_commit_failed_ones_do_not(db):
+    import psycopg
+
+    from leasing.enqueue import NOTIFY_CHANNEL
+    from tests.conftest import database_url
+
+    retried = enqueue("t", "noop", queue_name="q-retry")
+    failed = enqueue("t", "noop", queue_name="q-final", max_retries=0)
+    assert len(LeaseManager("w").acquire_leases(2)) == 2
+    expire(retried.pk, failed.pk)
+    with psycopg.connect(database_url(), autocommit=True) as listener:
+        listener.execute(f'LISTEN "{NOTIFY_CHANNEL}"')
+        stats = sweep().scan_and_recover()
+        payloads = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert (stats.recovered, stats.failed) == (1, 1)
+    assert payloads == ["q-retry"]
 
 
 @pytest.mark.django_db(transaction=True)
