@@ -162,6 +162,17 @@ _CONNECTION_SQLSTATES = ("08", "57P01", "57P02", "57P03")
 _SQLITE_UNAVAILABLE = ("unable to open", "disk i/o error", "database is locked")
 
 
+# SQLSTATEs of a statement PostgreSQL aborted to break a lock conflict: deadlock
+# detected, serialization failure. Running it again is the standard remedy.
+_CONFLICT_SQLSTATES = ("40P01", "40001")
+
+
+def is_transient_conflict(exc: BaseException) -> bool:
+    """Whether the statement was aborted by a deadlock or serialization failure."""
+    cause = exc.__cause__ or exc
+    return getattr(cause, "sqlstate", None) in _CONFLICT_SQLSTATES
+
+
 def is_connection_error(exc: BaseException) -> bool:
     """Whether a driver error means the database is unreachable, not the statement wrong."""
     cause = exc.__cause__ or exc

@@ -42,6 +42,7 @@ from . import registry as worker_registry
 from . import validation
 from .checkpoints import create_checkpoint
 from .conf import get_settings
+from .db import is_transient_conflict
 from .enqueue import NOTIFY_CHANNEL
 from .exceptions import (
     DatabaseUnavailable,
@@ -352,7 +353,7 @@ class Worker:
 
     def _dispatch(self) -> str:
         last_summary = time.monotonic()
-        failures = 0
+        failures = conflicts = 0
         while not self._stop.is_set():
             try:
                 claimed = self._cycle()
@@ -364,6 +365,22 @@ class Worker:
                 )
                 _close_connection(self.using)
                 self._stop.wait(delay)
+                continue
+            except DatabaseError as exc:
+                # PostgreSQL's SKIP LOCKED still waits for, and keeps a lock on,
+                # a newer version of a row a concurrent claim just updated, so
+                # claims and completions of busy workers can (rarely) deadlock.
+                # The aborted statement changed nothing (its finished items
+                # were put back, its claims rolled back): run it again.
+                if not is_transient_conflict(exc):
+                    raise
+                conflicts += 1
+                logger.warning(
+                    "claim/complete statement aborted (%s); retrying (%d so far)",
+                    _one_line(exc),
+                    conflicts,
+                )
+                self._stop.wait(random.uniform(0.001, 0.02))
                 continue
             if failures:
                 logger.info("database connection restored after %d failed attempt(s)", failures)
@@ -797,6 +814,10 @@ class Worker:
             except DatabaseUnavailable as exc:
                 logger.warning("database unavailable during shutdown: %s", _one_line(exc))
                 _close_connection(self.using)
+            except DatabaseError as exc:
+                if not is_transient_conflict(exc):
+                    raise
+                logger.warning("completion aborted during shutdown (%s); retrying", _one_line(exc))
             self._wait(0.05)
         try:
             self._flush()

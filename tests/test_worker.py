@@ -78,6 +78,52 @@ def test_burst_drains_a_mixed_queue(leasing_settings):
     assert row.work_types == sorted(row.work_types) and "test.echo" in row.work_types
 
 
+def test_a_deadlocked_claim_and_complete_statement_is_run_again(monkeypatch, caplog):
+    import psycopg
+    from django.db import OperationalError
+
+    from leasing.lease import LeaseManager
+
+    real = LeaseManager.complete_and_acquire
+    aborted = []
+
+    def deadlock_once(self, results, *args, **kwargs):
+        if results and not aborted:
+            # What PostgreSQL does to one side of a deadlock: the whole
+            # statement is rolled back and Django raises OperationalError.
+            aborted.append([item_id for item_id, _ in results])
+            try:
+                raise psycopg.errors.DeadlockDetected("deadlock detected")
+            except psycopg.Error as cause:
+                raise OperationalError("deadlock detected") from cause
+        return real(self, results, *args, **kwargs)
+
+    monkeypatch.setattr(LeaseManager, "complete_and_acquire", deadlock_once)
+    enqueue_many([{"task_id": f"t{i}", "work_type": "test.echo"} for i in range(20)])
+    with caplog.at_level("WARNING", logger="leasing.worker"):
+        summary = runworker("--burst", "--concurrency", "2", "--prefetch", "2")
+
+    assert aborted, "the injected deadlock never happened"
+    assert summary["completed"] == 20 and summary["reason"] == "burst-done"
+    rows = list(WorkItem.objects.values_list("status", "lease_token"))
+    assert rows == [("completed", 1)] * 20  # each ran and was claimed exactly once
+    assert "statement aborted (OperationalError: deadlock detected); retrying" in caplog.text
+
+
+def test_a_database_error_that_is_not_a_lock_conflict_still_stops_the_worker(monkeypatch):
+    from django.db import ProgrammingError
+
+    from leasing.lease import LeaseManager
+
+    def broken(self, *args, **kwargs):
+        raise ProgrammingError("relation does not exist")
+
+    monkeypatch.setattr(LeaseManager, "complete_and_acquire", broken)
+    enqueue("t", "test.echo")
+    with pytest.raises(ProgrammingError):
+        runworker("--burst")
+
+
 def test_output_that_is_not_json_fails_the_item_without_retry():
     item = enqueue("t", "test.bad_output", max_retries=3)
     runworker("--burst")
