@@ -329,8 +329,9 @@ class RecoverySweep:
            SHARE checkpoint fence, but not with the FOR KEY SHARE of a
            foreign-key check, so a checkpoint being inserted for a locked item
            cannot deadlock with us. The locked rows come back as one array
-           literal of their row addresses (ctid), never parsed in Python: a row
-           locked by this transaction cannot move until it commits.
+           literal of their row addresses (ctid), never parsed in Python, by
+           which step 2 reads and updates them: a row locked by this
+           transaction cannot move until it commits.
         2. One statement reads the locked rows' lease (its snapshot is taken
            after step 1's task locks, so it also sees every checkpoint
            committed so far), recovers them, writes their `error_boundary`
@@ -399,7 +400,7 @@ class RecoverySweep:
             self.using,
             f"""
             WITH c AS (
-                SELECT work_item_id, task_id, work_type, lease_holder, lease_token,
+                SELECT ctid, work_item_id, task_id, work_type, lease_holder, lease_token,
                        lease_expires_at, heartbeat_at, max_retries,
                        (retry_count < max_retries
                         AND NOT work_type = ANY(%s::text[])) AS will_retry,
@@ -408,7 +409,7 @@ class RecoverySweep:
             ), recovered AS (
                 UPDATE work_items AS w SET {set_sql}
                 FROM c
-                WHERE w.work_item_id = c.work_item_id AND w.lease_token = c.lease_token
+                WHERE w.ctid = c.ctid AND w.lease_token = c.lease_token
                 RETURNING w.work_item_id, w.status, w.retry_count, w.error_message,
                           w.queue_name, w.updated_at
             ){checkpoints_sql}
