@@ -366,35 +366,48 @@ class RecoverySweep:
         if not found:
             return _BatchOutcome()
         set_sql, set_params = self._set_clause(d)
-        checkpoints_sql = ""
+        checkpoints_sql = top_sequence = ""
         checkpoint_params: list[Any] = []
         if self.create_checkpoints:
+            # Each task's last sequence number is read in `c`, which is complete
+            # before the first checkpoint is inserted (the window functions sort
+            # all of it first): read per inserted row, a plan that scans the
+            # table would also scan the rows this very INSERT adds.
+            top_sequence = """,
+                       COALESCE((SELECT MAX(sequence_number) FROM checkpoints AS e
+                                 WHERE e.task_id = work_items.task_id), 0) AS top_sequence"""
+            # The ids join by position (subscripting a text[] walks it from the start).
             checkpoints_sql = f"""
             , written AS (
                 INSERT INTO checkpoints (checkpoint_id, task_id, work_item_id, checkpoint_type,
                                          sequence_number, snapshot_data, metadata, created_at)
-                SELECT (%s::text[])[row_number() OVER (ORDER BY c.task_id, c.work_item_id)],
-                       c.task_id, c.work_item_id, 'error_boundary',
-                       COALESCE((SELECT MAX(sequence_number) FROM checkpoints AS existing
-                                 WHERE existing.task_id = c.task_id), 0)
-                       + row_number() OVER (PARTITION BY c.task_id ORDER BY c.work_item_id),
-                       jsonb_build_object(
-                           'error', r.error_message, 'reason', 'lease_expired',
-                           'old_status', 'in_progress', 'new_status', r.status,
-                           'will_retry', r.status = 'pending',
-                           'retry_count', r.retry_count, 'max_retries', c.max_retries,
-                           'work_type', c.work_type, 'lease_holder', c.lease_holder,
-                           'lease_token', c.lease_token,
-                           'lease_expires_at', c.lease_expires_at,
-                           'heartbeat_at', c.heartbeat_at, 'recovered_at', r.updated_at),
-                       %s::jsonb, {d.now}
-                FROM c JOIN recovered AS r ON r.work_item_id = c.work_item_id
+                SELECT ids.checkpoint_id, x.task_id, x.work_item_id, 'error_boundary',
+                       x.top_sequence + x.nth_of_task, x.snapshot, %s::jsonb, {d.now}
+                FROM (
+                    SELECT c.task_id, c.work_item_id, c.top_sequence,
+                           row_number() OVER (ORDER BY c.task_id, c.work_item_id) AS position,
+                           row_number() OVER (PARTITION BY c.task_id ORDER BY c.work_item_id)
+                               AS nth_of_task,
+                           jsonb_build_object(
+                               'error', r.error_message, 'reason', 'lease_expired',
+                               'old_status', 'in_progress', 'new_status', r.status,
+                               'will_retry', r.status = 'pending',
+                               'retry_count', r.retry_count, 'max_retries', c.max_retries,
+                               'work_type', c.work_type, 'lease_holder', c.lease_holder,
+                               'lease_token', c.lease_token,
+                               'lease_expires_at', c.lease_expires_at,
+                               'heartbeat_at', c.heartbeat_at, 'recovered_at', r.updated_at)
+                               AS snapshot
+                    FROM c JOIN recovered AS r ON r.work_item_id = c.work_item_id
+                ) AS x
+                JOIN unnest(%s::text[]) WITH ORDINALITY AS ids(checkpoint_id, position)
+                    ON ids.position = x.position
                 RETURNING 1
             )"""
             checkpoint_params = [
+                dump_json({"source": "recovery_sweep", "sweeper": self.worker_id}),
                 # ULIDs are [0-9A-Z]: an array literal needs no quoting.
                 "{" + ",".join(new_ulids(found)) + "}",
-                dump_json({"source": "recovery_sweep", "sweeper": self.worker_id}),
             ]
         outcome = execute(
             self.using,
@@ -404,7 +417,7 @@ class RecoverySweep:
                        lease_expires_at, heartbeat_at, max_retries,
                        (retry_count < max_retries
                         AND NOT work_type = ANY(%s::text[])) AS will_retry,
-                       (work_type = ANY(%s::text[])) AS fail_policy
+                       (work_type = ANY(%s::text[])) AS fail_policy{top_sequence}
                 FROM work_items WHERE ctid = ANY(%s::tid[])
             ), recovered AS (
                 UPDATE work_items AS w SET {set_sql}
