@@ -19,7 +19,7 @@ The throughput scenario runs `runworker --burst --json` with RUNWORKER_OPTIONS
 (`--work-type bench.noop --concurrency 1`: default prefetch, which adapts to
 how fast the handler is; the `options` scenario compares other settings).
 
-Scenarios (see .notes/issue6-benchmarks.md / BENCHMARKS.md for the details):
+Scenarios (see BENCHMARKS.md for the details):
 
   machine     nproc, CPU, PostgreSQL version and settings (always printed)
   enqueue     enqueue_many() of 100,000 items, in-process
