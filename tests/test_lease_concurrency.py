@@ -114,3 +114,72 @@ def test_eight_runworker_processes_run_every_item_exactly_once(make_items, spawn
     assert set(WorkItem.objects.values_list("lease_token", flat=True)) == {1}
     workers = {line.split()[3] for line in record.read_text().splitlines()}
     assert len(workers) >= 2
+
+
+@pytest.mark.postgres
+def test_a_deadlocked_complete_and_acquire_changes_nothing_and_runs_again(make_items):
+    """A real lock cycle: PostgreSQL aborts the statement, which leaves no trace.
+
+    The worker runs such a statement again (tests/test_worker.py); this shows
+    that doing so is safe. One statement claims `waiting` and then blocks on
+    completing `held`, which another transaction has locked; that transaction
+    then asks for `waiting`.
+    """
+    import threading
+
+    import psycopg
+    from django.db import OperationalError, connection, connections
+
+    from leasing.db import is_transient_conflict
+    from tests.conftest import database_url
+
+    held, waiting = make_items(2)
+    manager = LeaseManager("deadlocked")
+    assert [lease.work_item_id for lease in manager.acquire_leases(1, 60)] == [held.pk]
+
+    other = psycopg.connect(database_url())
+    outcome: dict[str, object] = {}
+
+    def complete_and_claim() -> None:
+        try:
+            outcome["result"] = manager.complete_and_acquire([(held.pk, None)], 1, 60)
+        except Exception as exc:
+            outcome["error"] = exc
+        finally:
+            connections.close_all()
+
+    def blocked_statements() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE %s",
+                ["%WITH done AS%"],
+            )
+            return cursor.fetchone()[0]
+
+    try:
+        # This side must not be the one PostgreSQL picks to abort.
+        other.execute("SET deadlock_timeout = '60s'")
+        other.execute("SELECT 1 FROM work_items WHERE work_item_id = %s FOR UPDATE", [held.pk])
+        thread = threading.Thread(target=complete_and_claim)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while blocked_statements() == 0:
+            assert time.monotonic() < deadline, "the statement never blocked"
+            time.sleep(0.02)
+        # Blocks until PostgreSQL breaks the cycle by aborting the other statement.
+        other.execute("SELECT 1 FROM work_items WHERE work_item_id = %s FOR UPDATE", [waiting.pk])
+        thread.join(10)
+    finally:
+        other.rollback()
+        other.close()
+
+    error = outcome.get("error")
+    assert isinstance(error, OperationalError) and is_transient_conflict(error), outcome
+    rows = {row.pk: row for row in WorkItem.objects.all()}
+    assert (rows[held.pk].status, rows[held.pk].lease_token) == ("in_progress", 1)
+    assert (rows[waiting.pk].status, rows[waiting.pk].lease_token) == ("pending", 0)
+
+    completed, lost, leases = manager.complete_and_acquire([(held.pk, None)], 1, 60)
+    assert (completed, lost) == ([held.pk], [])
+    assert [lease.work_item_id for lease in leases] == [waiting.pk]
