@@ -374,6 +374,10 @@ def test_batch_renewal_with_extend_below_only_extends_short_leases(make_items):
     WorkItem.objects.filter(pk=items[1].pk).update(
         lease_expires_at=database_now() + timedelta(seconds=10)
     )
+    # A second back, so "the heartbeat moved" holds on SQLite's millisecond clock too.
+    WorkItem.objects.filter(pk=items[0].pk).update(
+        heartbeat_at=database_now() - timedelta(seconds=1)
+    )
     long_before = snapshot(items[0].pk)
     renewed, lost = m.renew_leases(lease_duration_seconds=100, extend_below=50)
     assert renewed == {items[0].pk, items[1].pk} and lost == set()

@@ -77,6 +77,8 @@ def test_expired_item_is_requeued_with_a_retry_message_and_an_error_boundary(db)
     dead = LeaseManager("dead-worker")
     lease = dead.acquire_lease(lease_duration_seconds=30)
     expire(item.pk)
+    # A second back, so "updated_at moved" holds on SQLite's millisecond clock too.
+    WorkItem.objects.filter(pk=item.pk).update(updated_at=database_now() - timedelta(seconds=1))
     old = row(item.pk)
     s = sweep()
 
