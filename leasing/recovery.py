@@ -48,7 +48,15 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from . import registry, validation
 from .checkpoints import cleanup_checkpoints, lock_task_sequences
 from .conf import get_settings
-from .db import Dialect, database_now, dump_json, execute, to_datetime, translate_db_errors
+from .db import (
+    Dialect,
+    database_now,
+    dump_json,
+    execute,
+    is_transient_conflict,
+    to_datetime,
+    translate_db_errors,
+)
 from .enqueue import NOTIFY_CHANNEL
 from .exceptions import DatabaseUnavailable, InvalidInput
 from .idempotency import delete_expired_keys
@@ -70,6 +78,10 @@ CLEANUP_OVERLAP = timedelta(seconds=60)
 
 # SQLite binds at most 32766 parameters; a checkpoint row binds five.
 MAX_BATCH_SIZE = 5000
+
+# A batch aborted by a deadlock (busy workers' SKIP LOCKED claims can take part
+# in one) is run again at once, this many times in a row at most.
+MAX_CONFLICT_RETRIES = 3
 
 # The one row django-q2 scheduled passes share (see run_sweep_pass()).
 SCHEDULED_SWEEPER_ID = "sweeper@django-q"
@@ -263,16 +275,33 @@ class RecoverySweep:
     def _recover_expired(self, counters: _PassCounters) -> None:
         """Recover expired leases batch by batch until a batch comes back short.
 
-        A batch that fails for any reason but an outage is rolled back, counted
-        and logged, and ends the recovery part of this pass (the same rows would
+        A batch that PostgreSQL aborts to break a deadlock is rolled back and
+        run again (up to MAX_CONFLICT_RETRIES times in a row). A batch that
+        fails for any other reason but an outage is rolled back, counted and
+        logged, and ends the recovery part of this pass (the same rows would
         fail again at once); the next pass retries them.
         """
         fail_types = _fail_on_expiry_types()
+        conflicts = 0
         while not self._stopping():
             try:
                 found = self._recover_batch(counters, fail_types)
             except DatabaseUnavailable:
                 raise
+            except DatabaseError as exc:
+                if not is_transient_conflict(exc) or conflicts >= MAX_CONFLICT_RETRIES:
+                    counters.errors += 1
+                    logger.exception(
+                        "recovery sweep %s: a batch failed and was rolled back", self.worker_id
+                    )
+                    return
+                conflicts += 1
+                logger.warning(
+                    "recovery sweep %s: a batch was aborted (%s); running it again",
+                    self.worker_id,
+                    (str(exc).strip().splitlines() or [type(exc).__name__])[0],
+                )
+                continue
             except Exception:
                 counters.errors += 1
                 logger.exception(

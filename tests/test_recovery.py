@@ -422,6 +422,63 @@ def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkey
     assert s.get_statistics()["total_errors"] == 1
 
 
+def test_a_batch_aborted_by_a_deadlock_runs_again_in_the_same_pass(db, monkeypatch, caplog):
+    import psycopg
+    from django.db import OperationalError
+
+    items = enqueue_many([{"task_id": f"t{i}", "work_type": "noop"} for i in range(3)])
+    LeaseManager("w").acquire_leases(3)
+    expire(*[i.pk for i in items])
+    aborted = []
+
+    def deadlock_once(real):
+        def batch(self, d, fail_types):
+            if not aborted:
+                outcome = real(self, d, fail_types)  # its writes roll back with the error
+                aborted.append(outcome)
+                try:
+                    raise psycopg.errors.DeadlockDetected("deadlock detected")
+                except psycopg.Error as cause:
+                    raise OperationalError("deadlock detected") from cause
+            return real(self, d, fail_types)
+
+        return batch
+
+    for name in ("_recover_batch_postgres", "_recover_batch_sqlite"):
+        monkeypatch.setattr(RecoverySweep, name, deadlock_once(getattr(RecoverySweep, name)))
+
+    with caplog.at_level("WARNING", logger="leasing.recovery"):
+        stats = sweep().scan_and_recover()
+
+    assert aborted and aborted[0].requeued == 3
+    assert (stats.errors, stats.expired_found, stats.recovered, stats.batches) == (0, 3, 3, 1)
+    assert WorkItem.objects.pending().count() == 3
+    assert Checkpoint.objects.count() == 3  # the aborted batch's checkpoints are gone
+    assert "a batch was aborted (deadlock detected); running it again" in caplog.text
+
+
+def test_a_batch_that_keeps_deadlocking_is_given_up_for_this_pass(db, monkeypatch):
+    import psycopg
+    from django.db import OperationalError
+
+    item = enqueue("t", "noop")
+    LeaseManager("w").acquire_lease()
+    expire(item.pk)
+
+    def always_deadlocks(self, d, fail_types):
+        try:
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        except psycopg.Error as cause:
+            raise OperationalError("deadlock detected") from cause
+
+    for name in ("_recover_batch_postgres", "_recover_batch_sqlite"):
+        monkeypatch.setattr(RecoverySweep, name, always_deadlocks)
+
+    stats = sweep().scan_and_recover()
+    assert (stats.errors, stats.recovered) == (1, 0)
+    assert row(item.pk)["status"] == "in_progress"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_background_sweep_survives_a_database_outage(db, monkeypatch):
     import leasing.recovery
