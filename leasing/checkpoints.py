@@ -44,11 +44,7 @@ def lock_task_sequence(using: str, task_id: str) -> None:
     needs no lock: an IMMEDIATE transaction already holds the only write lock.
     """
     if Dialect(using).is_postgres:
-        execute(
-            using,
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-            [f"leasing.checkpoints:{task_id}"],
-        )
+        execute(using, f"SELECT {task_locks_sql('SELECT %s AS t')}", [task_id])
 
 
 def lock_task_sequences(using: str, task_ids: Iterable[str]) -> list[str]:
@@ -61,15 +57,21 @@ def lock_task_sequences(using: str, task_ids: Iterable[str]) -> list[str]:
     """
     ordered = sorted(set(task_ids))
     if ordered and Dialect(using).is_postgres:
-        execute(
-            using,
-            """
-            SELECT count(pg_advisory_xact_lock(hashtextextended('leasing.checkpoints:' || t, 0)))
-            FROM (SELECT t FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n) AS o
-            """,
-            [ordered],
-        )
+        ordered_sql = "SELECT t FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n"
+        execute(using, f"SELECT {task_locks_sql(ordered_sql)}", [ordered])
     return ordered
+
+
+def task_locks_sql(tasks: str) -> str:
+    """PostgreSQL: a scalar subquery that takes the task lock of each row of `tasks`.
+
+    `tasks` is a query with one column `t` (task ids); the locks are taken in
+    its order and the subquery returns how many it took.
+    """
+    return f"""(
+        SELECT count(pg_advisory_xact_lock(hashtextextended('leasing.checkpoints:' || t, 0)))
+        FROM ({tasks}) AS o
+    )"""
 
 
 def create_checkpoint(
@@ -265,4 +267,5 @@ __all__ = [
     "lock_task_sequence",
     "lock_task_sequences",
     "resume_state",
+    "task_locks_sql",
 ]

@@ -46,7 +46,7 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, connections, transaction
 
 from . import registry, validation
-from .checkpoints import cleanup_checkpoints, lock_task_sequences
+from .checkpoints import cleanup_checkpoints, lock_task_sequences, task_locks_sql
 from .conf import get_settings
 from .db import (
     Dialect,
@@ -288,21 +288,15 @@ class RecoverySweep:
                 found = self._recover_batch(counters, fail_types)
             except DatabaseUnavailable:
                 raise
-            except DatabaseError as exc:
-                if not is_transient_conflict(exc) or conflicts >= MAX_CONFLICT_RETRIES:
-                    counters.errors += 1
-                    logger.exception(
-                        "recovery sweep %s: a batch failed and was rolled back", self.worker_id
+            except Exception as exc:
+                if is_transient_conflict(exc) and conflicts < MAX_CONFLICT_RETRIES:
+                    conflicts += 1
+                    logger.warning(
+                        "recovery sweep %s: a batch was aborted (%s); running it again",
+                        self.worker_id,
+                        (str(exc).strip().splitlines() or [type(exc).__name__])[0],
                     )
-                    return
-                conflicts += 1
-                logger.warning(
-                    "recovery sweep %s: a batch was aborted (%s); running it again",
-                    self.worker_id,
-                    (str(exc).strip().splitlines() or [type(exc).__name__])[0],
-                )
-                continue
-            except Exception:
+                    continue
                 counters.errors += 1
                 logger.exception(
                     "recovery sweep %s: a batch failed and was rolled back", self.worker_id
@@ -371,11 +365,9 @@ class RecoverySweep:
         if self.create_checkpoints:
             # Sorted by code point, as lock_task_sequences() sorts in Python:
             # every holder of several task locks takes them in one order.
-            task_locks = """(
-                SELECT count(pg_advisory_xact_lock(
-                           hashtextextended('leasing.checkpoints:' || t, 0)))
-                FROM (SELECT DISTINCT task_id COLLATE "C" AS t FROM locked ORDER BY 1) AS o
-            )"""
+            task_locks = task_locks_sql(
+                'SELECT DISTINCT task_id COLLATE "C" AS t FROM locked ORDER BY 1'
+            )
         locked = execute(
             self.using,
             f"""

@@ -115,6 +115,17 @@ def threads() -> Callable[[int, Callable[[int], Any]], list[Any]]:
     return run_in_threads
 
 
+def raise_deadlock() -> None:
+    """Raise what Django raises when PostgreSQL aborts a statement to break a deadlock."""
+    import psycopg
+    from django.db import OperationalError
+
+    try:
+        raise psycopg.errors.DeadlockDetected("deadlock detected")
+    except psycopg.Error as cause:
+        raise OperationalError("deadlock detected") from cause
+
+
 def database_url() -> str:
     """A DATABASE_URL for the test database, for subprocesses."""
     s = connections["default"].settings_dict

@@ -26,6 +26,7 @@ from leasing.handlers import registry as handlers
 from leasing.lease import LeaseManager
 from leasing.models import Checkpoint, IdempotencyKey, Worker, WorkItem
 from leasing.recovery import RecoveryStats, RecoverySweep
+from tests.conftest import raise_deadlock
 
 pytestmark = pytest.mark.django_db
 
@@ -423,9 +424,6 @@ def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkey
 
 
 def test_a_batch_aborted_by_a_deadlock_runs_again_in_the_same_pass(db, monkeypatch, caplog):
-    import psycopg
-    from django.db import OperationalError
-
     items = enqueue_many([{"task_id": f"t{i}", "work_type": "noop"} for i in range(3)])
     LeaseManager("w").acquire_leases(3)
     expire(*[i.pk for i in items])
@@ -436,10 +434,7 @@ def test_a_batch_aborted_by_a_deadlock_runs_again_in_the_same_pass(db, monkeypat
             if not aborted:
                 outcome = real(self, d, fail_types)  # its writes roll back with the error
                 aborted.append(outcome)
-                try:
-                    raise psycopg.errors.DeadlockDetected("deadlock detected")
-                except psycopg.Error as cause:
-                    raise OperationalError("deadlock detected") from cause
+                raise_deadlock()
             return real(self, d, fail_types)
 
         return batch
@@ -458,18 +453,12 @@ def test_a_batch_aborted_by_a_deadlock_runs_again_in_the_same_pass(db, monkeypat
 
 
 def test_a_batch_that_keeps_deadlocking_is_given_up_for_this_pass(db, monkeypatch):
-    import psycopg
-    from django.db import OperationalError
-
     item = enqueue("t", "noop")
     LeaseManager("w").acquire_lease()
     expire(item.pk)
 
     def always_deadlocks(self, d, fail_types):
-        try:
-            raise psycopg.errors.DeadlockDetected("deadlock detected")
-        except psycopg.Error as cause:
-            raise OperationalError("deadlock detected") from cause
+        raise_deadlock()
 
     for name in ("_recover_batch_postgres", "_recover_batch_sqlite"):
         monkeypatch.setattr(RecoverySweep, name, always_deadlocks)

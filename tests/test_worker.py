@@ -16,6 +16,7 @@ from leasing.enqueue import enqueue, enqueue_many
 from leasing.models import Checkpoint, Worker, WorkItem
 from leasing.worker import Worker as WorkerRuntime
 from leasing.worker import WorkerOptions
+from tests.conftest import raise_deadlock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,9 +80,6 @@ def test_burst_drains_a_mixed_queue(leasing_settings):
 
 
 def test_a_deadlocked_claim_and_complete_statement_is_run_again(monkeypatch, caplog):
-    import psycopg
-    from django.db import OperationalError
-
     from leasing.lease import LeaseManager
 
     real = LeaseManager.complete_and_acquire
@@ -92,10 +90,7 @@ def test_a_deadlocked_claim_and_complete_statement_is_run_again(monkeypatch, cap
             # What PostgreSQL does to one side of a deadlock: the whole
             # statement is rolled back and Django raises OperationalError.
             aborted.append([item_id for item_id, _ in results])
-            try:
-                raise psycopg.errors.DeadlockDetected("deadlock detected")
-            except psycopg.Error as cause:
-                raise OperationalError("deadlock detected") from cause
+            raise_deadlock()
         return real(self, results, *args, **kwargs)
 
     monkeypatch.setattr(LeaseManager, "complete_and_acquire", deadlock_once)
