@@ -51,7 +51,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import gettext
 
-from . import dashboard, operations, views
+from . import dashboard, views
 from .conf import get_settings
 from .exceptions import LeasingError, WorkItemNotFound
 from .forms import OperatorActionForm
@@ -63,6 +63,7 @@ from .models import (
     WorkItem,
     WorkItemStatus,
 )
+from .services import operations
 
 EMPTY = "—"
 

@@ -40,7 +40,6 @@ from django.db.models import Case, Count, F, Min, Q, Sum, When, Window
 from django.db.models.functions import Now, RowNumber, TruncMinute
 
 from .conf import get_settings
-from .db import database_now
 from .models import (
     Checkpoint,
     CheckpointType,
@@ -48,6 +47,7 @@ from .models import (
     WorkItem,
     WorkItemStatus,
 )
+from .sql.runner import database_now
 
 # --- lease health ---------------------------------------------------------------------------
 

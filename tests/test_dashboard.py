@@ -10,12 +10,10 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from leasing import dashboard
-from leasing.checkpoints import create_checkpoint
-from leasing.db import database_now
-from leasing.enqueue import enqueue
-from leasing.lease import LeaseManager
+from leasing import LeaseManager, dashboard, enqueue
 from leasing.models import Worker, WorkItem
+from leasing.services.checkpoints import create_checkpoint
+from leasing.sql.runner import database_now
 from tests.spec_sql import ACTIVE_AND_STALE, RETRY_DISTRIBUTION, TIMELINE, run
 from tests.test_admin_support import (
     PAYLOAD,

@@ -9,13 +9,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from leasing.checkpoints import create_checkpoint
-from leasing.db import database_now
-from leasing.enqueue import enqueue_many
+from leasing import LeaseManager, enqueue_many
 from leasing.exceptions import InvalidInput
-from leasing.lease import LeaseManager
 from leasing.models import Checkpoint, IdempotencyKey, WorkItem
-from leasing.retention import parse_age, purge_finished_items
+from leasing.services.checkpoints import create_checkpoint
+from leasing.services.retention import parse_age, purge_finished_items
+from leasing.sql.runner import database_now
 
 pytestmark = pytest.mark.django_db
 

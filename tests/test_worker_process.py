@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from leasing.enqueue import enqueue, enqueue_many
+from leasing import enqueue, enqueue_many
 from leasing.models import Worker, WorkItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
