@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from . import validation
 from .conf import get_settings
@@ -38,19 +38,15 @@ from .exceptions import (
 )
 from .services.held import Lease
 from .services.leases import LeaseManager
+from .sql.runner import close_connection
+from .threads import IntervalThread
 
 logger = logging.getLogger(__name__)
 
 LeaseLostCallback = Callable[[str, BaseException], None]
 
 
-def _close_thread_connection(using: str) -> None:
-    # Django connections are per thread: this closes this thread's own.
-    with contextlib.suppress(Exception):
-        connections[using].close()
-
-
-class HeartbeatThread:
+class HeartbeatThread(IntervalThread):
     """Renew one lease every `interval_seconds` on a daemon thread .
 
     The thread uses its own database connection and closes it when it ends.
@@ -83,33 +79,12 @@ class HeartbeatThread:
         self.renewals = 0
         self.consecutive_failures = 0
         self.lost_error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> HeartbeatThread:
-        if self._thread is not None:
-            raise RuntimeError("HeartbeatThread can only be started once.")
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-{self.work_item_id}", daemon=True
+        super().__init__(
+            name=f"heartbeat-{self.work_item_id}", interval=self.interval, using=lease_manager.using
         )
-        self._thread.start()
-        return self
 
-    def stop(self, wait: bool = True, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if wait and self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def is_running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.interval):
-                if self._renew_once():
-                    return
-        finally:
-            _close_thread_connection(self.lease_manager.using)
+    def tick(self) -> bool:
+        return self._renew_once()
 
     def _renew_once(self) -> bool:
         """Renew; True when the thread must stop because the lease is lost."""
@@ -131,7 +106,7 @@ class HeartbeatThread:
                 exc,
             )
             # A broken connection must not be reused for the next attempt.
-            _close_thread_connection(self.lease_manager.using)
+            close_connection(self.lease_manager.using)
             if self.consecutive_failures >= self.max_failures:
                 self._lose(exc)
                 return True
@@ -306,7 +281,7 @@ class LeaseExtender:
         except (DatabaseUnavailable, DatabaseError) as exc:
             # Transient: the next beat after the interval tries again.
             logger.warning("lease extension for %s failed: %s", lease.work_item_id, exc)
-            _close_thread_connection(self.using)
+            close_connection(self.using)
             return
         with self._lock:
             self.extensions += 1

@@ -114,7 +114,7 @@ def test_a_lock_timeout_in_a_handler_is_not_an_item_failure(tmp_path, monkeypatc
 def test_a_burst_worker_writes_its_results_before_it_exits_despite_lock_timeouts(monkeypatch):
     from django.db import OperationalError
 
-    from leasing.worker import runtime
+    from leasing.worker import dispatcher as runtime
 
     real = runtime.complete
     failures = {"left": 3}

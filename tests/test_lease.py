@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from leasing import Lease, LeaseManager, enqueue
+from leasing import Lease, LeaseManager, enqueue, enqueue_many
 from leasing.exceptions import (
     InvalidDuration,
     InvalidInput,
@@ -429,3 +429,34 @@ def test_complete_and_claim_completes_and_claims_in_one_round_trip(make_items):
     assert snapshot(first.id)["status"] == "completed"
     assert snapshot(first.id)["output_data"] == {"ok": True}
     assert {lease.id for lease in m.held_leases()} == {items[1].pk, items[2].pk}
+
+
+def test_one_claim_gives_each_work_type_its_own_lease_and_deadline():
+    from leasing.sql.work_items import LeaseTerms
+
+    enqueue_many(
+        [
+            {"task_id": f"{work_type}-task", "work_type": work_type}
+            for work_type in ("long", "short", "capped", "plain")
+        ]
+    )
+    terms = LeaseTerms(
+        duration=60, cap=3600, durations={"long": 120, "short": 30}, caps={"capped": 45}
+    )
+    leases = LeaseManager("w").claim(10, terms, ClaimFilters())
+    assert len(leases) == 4
+    seconds = {
+        row["work_type"]: (
+            (row["lease_expires_at"] - row["lease_acquired_at"]).total_seconds(),
+            (row["lease_deadline_at"] - row["lease_acquired_at"]).total_seconds(),
+        )
+        for row in WorkItem.objects.values(
+            "work_type", "lease_acquired_at", "lease_expires_at", "lease_deadline_at"
+        )
+    }
+    assert seconds == {
+        "long": (120, 3600),
+        "short": (30, 3600),
+        "capped": (45, 45),  # the lease itself never outlives the deadline
+        "plain": (60, 3600),
+    }

@@ -79,7 +79,7 @@ def test_burst_drains_a_mixed_queue(leasing_settings):
 
 
 def test_a_deadlocked_claim_and_complete_statement_is_run_again(monkeypatch, caplog):
-    from leasing.worker import runtime
+    from leasing.worker import dispatcher as runtime
 
     real = runtime.complete_and_claim
     aborted = []
@@ -107,7 +107,7 @@ def test_a_deadlocked_claim_and_complete_statement_is_run_again(monkeypatch, cap
 def test_a_database_error_that_is_not_a_lock_conflict_still_stops_the_worker(monkeypatch):
     from django.db import ProgrammingError
 
-    from leasing.worker import runtime
+    from leasing.worker import dispatcher as runtime
 
     def broken(*args, **kwargs):
         raise ProgrammingError("relation does not exist")

@@ -178,7 +178,8 @@ def run_once(
     if lease is not None and not isinstance(lease, Lease):
         raise InvalidInput(f"lease must be a Lease, got {lease!r}.")
 
-    claim = _Claim(key, digest, task_id, item_id, ttl_seconds, using, lease)
+    fence = None if lease is None else (lease.work_item_id, lease.worker_id, lease.token)
+    claim = _Claim(sql.KeyClaim(key, task_id, item_id, digest, ttl_seconds, fence), using)
     deadline = time.monotonic() + wait_seconds
     while True:
         outcome = claim.acquire()
@@ -222,25 +223,12 @@ _IN_PROGRESS = object()
 class _Claim:
     """The statements of one `run_once()` call against one key."""
 
-    def __init__(
-        self,
-        key: str,
-        digest: str,
-        task_id: str | None,
-        item_id: str | None,
-        ttl_seconds: float,
-        using: str,
-        lease: Lease | None,
-    ) -> None:
-        self.key = key
-        self.digest = digest
-        self.task_id = task_id
-        self.item_id = item_id
-        self.ttl_seconds = ttl_seconds
+    def __init__(self, spec: sql.KeyClaim, using: str) -> None:
+        self.spec = spec
+        self.key = spec.key
+        self.digest = spec.digest
         self.using = using
         self.d = Dialect(using)
-        self.lease = lease
-        self.fence = None if lease is None else (lease.work_item_id, lease.worker_id, lease.token)
 
     def acquire(self) -> Any:
         """Claim the key: its new claim token (ours), a `_Cached` response, or `_IN_PROGRESS`.
@@ -249,18 +237,7 @@ class _Claim:
         `LeaseLostError` when claiming under a lease that moved on.
         """
         for _attempt in range(MAX_CLAIM_ATTEMPTS):
-            inserted = run_one(
-                self.using,
-                sql.insert_claim(
-                    self.d,
-                    key=self.key,
-                    task_id=self.task_id,
-                    item_id=self.item_id,
-                    digest=self.digest,
-                    ttl_seconds=self.ttl_seconds,
-                    lease=self.fence,
-                ),
-            )
+            inserted = run_one(self.using, sql.insert_claim(self.d, self.spec))
             if inserted is not None:
                 return inserted["claim"]
             self._ensure_lease_held()
@@ -291,28 +268,16 @@ class _Claim:
         return _IN_PROGRESS
 
     def _ensure_lease_held(self) -> None:
-        if self.fence is not None and not run(self.using, lease_fence(self.d, *self.fence)):
+        fence = self.spec.lease
+        if fence is not None and not run(self.using, lease_fence(self.d, *fence)):
             raise LeaseLostError(
-                f"run_once refused: worker {self.fence[1]!r} no longer holds work item "
-                f"{self.fence[0]!r} with token {self.fence[2]}."
+                f"run_once refused: worker {fence[1]!r} no longer holds work item "
+                f"{fence[0]!r} with token {fence[2]}."
             )
 
     def _take_over(self, row: dict[str, Any]) -> Any:
         """Compare-and-swap the row we read into a fresh pending claim; None if it changed."""
-        taken = run_one(
-            self.using,
-            sql.take_over(
-                self.d,
-                key=self.key,
-                task_id=self.task_id,
-                item_id=self.item_id,
-                digest=self.digest,
-                ttl_seconds=self.ttl_seconds,
-                seen_status=row["status"],
-                seen_claim=row["claim"],
-                lease=self.fence,
-            ),
-        )
+        taken = run_one(self.using, sql.take_over(self.d, self.spec, row["status"], row["claim"]))
         return None if taken is None else taken["claim"]
 
     def finish(self, claim: Any, status: str, encoded: str | None) -> None:

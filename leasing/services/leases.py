@@ -21,11 +21,13 @@ from django.db import transaction
 
 from .. import validation
 from ..exceptions import InvalidInput
+from ..sql import renewals
 from ..sql import work_items as sql
 from ..sql.dialect import Dialect
 from ..sql.new_items import notify
+from ..sql.renewals import Renewal
 from ..sql.runner import run, run_one, to_datetime
-from ..sql.work_items import ClaimFilters, LeaseTerms, Renewal
+from ..sql.work_items import ClaimFilters, LeaseTerms
 from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, lease_from_row, outcome_from_row
 from .held import refusal as lease_refusal
 from .terms import claim_filters, claim_terms, error_text, retry_backoff_seconds
@@ -144,7 +146,7 @@ class LeaseManager:
                 f"progress_age_seconds must be a non-negative number, got {progress_age_seconds!r}."
             )
         item_id, held_token = self._key(work_item_id, token)
-        statement = sql.renew_one(
+        statement = renewals.renew_one(
             Dialect(self.using),
             self.worker_id,
             item_id,
@@ -176,36 +178,39 @@ class LeaseManager:
         below = min(validation.positive_seconds("extend_below", below), duration)
         wanted = None if work_item_ids is None else set(work_item_ids)
         ages = progress_ages or {}
-        renewals = [
-            Renewal(lease.work_item_id, lease.token, duration, below, ages.get(lease.work_item_id))
-            for lease in self.held.all()
-            if wanted is None or lease.work_item_id in wanted
-        ]
-        renewed, lost = self.renew(renewals)
+        renewed, lost = self.renew(
+            [
+                Renewal(lease.work_item_id, lease.token, duration, below, ages.get(lease.id))
+                for lease in self.held.all()
+                if wanted is None or lease.work_item_id in wanted
+            ]
+        )
         return {key[0] for key in renewed}, {key[0] for key in lost}
 
-    def renew(self, renewals: Sequence[Renewal]) -> tuple[set[LeaseKey], set[LeaseKey]]:
+    def renew(self, requested: Sequence[Renewal]) -> tuple[set[LeaseKey], set[LeaseKey]]:
         """Renew these leases (validated by the caller); returns `(renewed, lost)` keys.
 
         Lost leases (expired, past their deadline, or moved on) are forgotten.
         """
         d = Dialect(self.using)
         renewed: dict[LeaseKey, datetime | None] = {}
-        for start in range(0, len(renewals), MAX_BATCH):
-            chunk = list(renewals[start : start + MAX_BATCH])
+        for start in range(0, len(requested), MAX_BATCH):
+            chunk = list(requested[start : start + MAX_BATCH])
             if d.is_postgres:
-                rows = run(self.using, sql.renew_batch_postgres(d, self.worker_id, chunk))
+                rows = run(self.using, renewals.renew_batch_postgres(d, self.worker_id, chunk))
             else:
                 with transaction.atomic(using=self.using):
                     rows = [
                         row
                         for renewal in chunk
-                        for row in run(self.using, sql.renew_lazily(d, self.worker_id, renewal))
+                        for row in run(
+                            self.using, renewals.renew_lazily(d, self.worker_id, renewal)
+                        )
                     ]
             for row in rows:
                 key = (row["work_item_id"], row["lease_token"])
                 renewed[key] = to_datetime(row["lease_expires_at"])
-        lost = {(r.work_item_id, r.token) for r in renewals} - set(renewed)
+        lost = {(r.work_item_id, r.token) for r in requested} - set(renewed)
         self.held.set_expiries(renewed)
         self.held.discard(lost)
         return set(renewed), lost

@@ -8,6 +8,7 @@ side effect.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..states import IdempotencyStatus
@@ -34,18 +35,24 @@ def _fenced(lease: tuple[str, str, int] | None) -> Statement:
     return sql, [item_id, holder, token]
 
 
-def insert_claim(
-    d: Dialect,
-    *,
-    key: str,
-    task_id: str | None,
-    item_id: str | None,
-    digest: str,
-    ttl_seconds: float,
-    lease: tuple[str, str, int] | None,
-) -> Statement:
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """What a claim of a key writes: the key, whose it is, the request, how long it lives.
+
+    `lease` is (item id, holder, token) when the claim is made under a lease.
+    """
+
+    key: str
+    task_id: str | None
+    item_id: str | None
+    digest: str
+    ttl_seconds: float
+    lease: tuple[str, str, int] | None
+
+
+def insert_claim(d: Dialect, claim: KeyClaim) -> Statement:
     """Claim an unused key as `pending`; no row comes back if it exists (or the lease is gone)."""
-    fenced, fenced_params = _fenced(lease)
+    fenced, fenced_params = _fenced(claim.lease)
     sql = f"""
         INSERT INTO idempotency_keys (idempotency_key, task_id, work_item_id, request_hash,
                                       response_data, status, created_at, completed_at,
@@ -55,7 +62,8 @@ def insert_claim(
         ON CONFLICT (idempotency_key) DO NOTHING
         RETURNING {_claim_column(d)} AS claim
     """
-    return sql, [key, task_id, item_id, digest, d.offset(ttl_seconds), *fenced_params]
+    params: list[Any] = [claim.key, claim.task_id, claim.item_id, claim.digest]
+    return sql, [*params, d.offset(claim.ttl_seconds), *fenced_params]
 
 
 def read(d: Dialect, key: str, default_owner_seconds: float) -> Statement:
@@ -83,20 +91,9 @@ def read(d: Dialect, key: str, default_owner_seconds: float) -> Statement:
     return sql, [d.offset(-default_owner_seconds), key]
 
 
-def take_over(
-    d: Dialect,
-    *,
-    key: str,
-    task_id: str | None,
-    item_id: str | None,
-    digest: str,
-    ttl_seconds: float,
-    seen_status: str,
-    seen_claim: Any,
-    lease: tuple[str, str, int] | None,
-) -> Statement:
+def take_over(d: Dialect, claim: KeyClaim, seen_status: str, seen_claim: Any) -> Statement:
     """Compare-and-swap the row as it was read into a fresh pending claim."""
-    fenced, fenced_params = _fenced(lease)
+    fenced, fenced_params = _fenced(claim.lease)
     sql = f"""
         UPDATE idempotency_keys
         SET status = {PENDING}, request_hash = %s, response_data = NULL,
@@ -105,17 +102,8 @@ def take_over(
         WHERE idempotency_key = %s AND status = %s AND created_at = %s {fenced}
         RETURNING {_claim_column(d)} AS claim
     """
-    params: list[Any] = [
-        digest,
-        task_id,
-        item_id,
-        d.offset(ttl_seconds),
-        key,
-        seen_status,
-        seen_claim,
-        *fenced_params,
-    ]
-    return sql, params
+    params: list[Any] = [claim.digest, claim.task_id, claim.item_id, d.offset(claim.ttl_seconds)]
+    return sql, [*params, claim.key, seen_status, seen_claim, *fenced_params]
 
 
 def finish(d: Dialect, key: str, claim: Any, status: str, response_json: str | None) -> Statement:

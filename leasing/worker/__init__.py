@@ -12,6 +12,7 @@ runs ended), `renewer` (keeping leases alive), `listener` (NOTIFY),
 """
 
 from .options import WorkerConfig, WorkerOptions, resolve
-from .runtime import WorkerRuntime, WorkerSummary
+from .outcomes import WorkerSummary
+from .runtime import WorkerRuntime
 
 __all__ = ["WorkerConfig", "WorkerOptions", "WorkerRuntime", "WorkerSummary", "resolve"]

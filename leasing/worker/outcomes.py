@@ -57,12 +57,40 @@ class Counters:
     unreported_failed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def summary(self, worker_id: str, elapsed_seconds: float, reason: str) -> WorkerSummary:
+        with self.lock:
+            counts = {
+                name: getattr(self, name)
+                for name in WorkerSummary.__dataclass_fields__
+                if name not in ("worker_id", "elapsed_seconds", "reason")
+            }
+        return WorkerSummary(
+            worker_id=worker_id, elapsed_seconds=elapsed_seconds, reason=reason, **counts
+        )
+
     def add(self, **counts: int) -> None:
         with self.lock:
             for name, value in counts.items():
                 setattr(self, name, getattr(self, name) + value)
             self.unreported_completed += counts.get("completed", 0)
             self.unreported_failed += counts.get("failed", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSummary:
+    """What a worker did, from its start until now (or until it stopped, and why)."""
+
+    worker_id: str
+    claimed: int
+    completed: int
+    failed: int
+    retried: int
+    interrupted: int
+    timed_out: int
+    lost: int
+    requeued: int
+    elapsed_seconds: float
+    reason: str
 
 
 def classify(exc: BaseException) -> str:

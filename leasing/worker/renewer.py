@@ -12,7 +12,6 @@ is reported lost, as the process can no longer prove it is alive.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -20,14 +19,15 @@ from django.db import DatabaseError
 
 from ..exceptions import DatabaseUnavailable, LeaseExpiredError
 from ..services.leases import LeaseManager
+from ..sql.renewals import Renewal
 from ..sql.runner import close_connection
-from ..sql.work_items import Renewal
+from ..threads import IntervalThread
 from .slots import Slot, SlotState, SlotTable
 
 logger = logging.getLogger("leasing.worker")
 
 
-class LeaseRenewer:
+class LeaseRenewer(IntervalThread):
     """Renews the renewable slots of a `SlotTable` every `interval_seconds`."""
 
     def __init__(
@@ -42,34 +42,15 @@ class LeaseRenewer:
     ) -> None:
         self.manager = manager
         self.slots = slots
-        self.interval = interval_seconds
         self.on_lease_lost = on_lease_lost
         self.on_tick = on_tick
         self.max_failures = max_failures
         self.consecutive_failures = 0
         self.rounds = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(name="lease-renewer", interval=interval_seconds, using=manager.using)
 
-    def start(self) -> LeaseRenewer:
-        self._thread = threading.Thread(target=self._run, name="lease-renewer", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def is_running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.interval):
-                self.renew_now()
-        finally:
-            close_connection(self.manager.using)
+    def tick(self) -> None:
+        self.renew_now()
 
     def tracked(self) -> list[Slot]:
         """The slots this renewer keeps alive: running beat-mode ones extend themselves."""

@@ -19,48 +19,27 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass
 
 from django.db import DatabaseError
 
 from ..exceptions import DatabaseUnavailable
 from ..services import processes
 from ..services.backlog import due_within
-from ..services.completion import Completion, complete, complete_and_claim
-from ..services.held import Lease
 from ..services.leases import LeaseManager
 from ..sql.dialect import Dialect
 from ..sql.runner import close_connection, is_lock_conflict
 from ..states import WorkerRole, WorkerStatus
+from .dispatcher import Dispatcher
 from .executors import ExecutorPool
 from .listener import NotifyListener
 from .options import WorkerConfig, WorkerOptions, resolve
-from .outcomes import Counters, Recorder, one_line
+from .outcomes import Counters, Recorder, WorkerSummary, one_line
 from .renewer import LeaseRenewer
 from .signals import ShutdownSignals
 from .slots import Slot, SlotState, SlotTable
+from .watch import Watch
 
 logger = logging.getLogger("leasing.worker")
-
-# Handlers faster than this on average let the dispatcher claim ahead.
-FAST_HANDLER_SECONDS = 0.05
-PREFETCH_AHEAD_SECONDS = 0.1
-MAX_PREFETCH = 256
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSummary:
-    worker_id: str
-    claimed: int
-    completed: int
-    failed: int
-    retried: int
-    interrupted: int
-    timed_out: int
-    lost: int
-    requeued: int
-    elapsed_seconds: float
-    reason: str
 
 
 class WorkerRuntime:
@@ -75,14 +54,11 @@ class WorkerRuntime:
         self.manager = LeaseManager(config.worker_id, using=config.using)
         self.slots = SlotTable()
         self.counters = Counters()
-        self._finished: list[tuple[Slot, str | None]] = []
-        self._finished_lock = threading.Lock()
         self._wake = threading.Event()  # something changed: look again
         self._freed = threading.Event()  # a slot ended, whatever its outcome
         self._notified = threading.Event()  # a NOTIFY said there is new work
         self._stop = threading.Event()
         self._exiting = False
-        self._avg_run_seconds: float | None = None
         self._started_at = time.monotonic()
         self.recorder = Recorder(self.manager, self.counters, exiting=lambda: self._exiting)
         self.pool = ExecutorPool(
@@ -92,15 +68,27 @@ class WorkerRuntime:
             recorder=self.recorder,
             extender_interval=config.extender_interval,
             heartbeat_intervals=dict(config.heartbeat_intervals),
-            on_output=self._on_output,
+            on_output=lambda slot, output: self.dispatcher.on_output(slot, output),
             on_done=self._on_done,
             stopping=self._stop.is_set,
         )
+        # The dispatcher frees the slots it completes itself: it claims into
+        # them in the same round trip, so it needs no wake-up for them.
+        self.dispatcher = Dispatcher(
+            config,
+            self.manager,
+            self.slots,
+            self.pool,
+            self.counters,
+            on_done=self.slots.remove,
+            wake=self._wake.set,
+        )
+        self.watch = Watch(self.slots, self.pool, self.recorder, self.counters, self._on_done)
         self.renewer = LeaseRenewer(
             self.manager,
             self.slots,
             interval_seconds=config.renew_interval,
-            on_lease_lost=self._on_lease_lost,
+            on_lease_lost=self.watch.lease_lost,
             on_tick=self._report_progress,
             max_failures=config.heartbeat_max_failures,
         )
@@ -129,21 +117,8 @@ class WorkerRuntime:
         self._wake.set()
 
     def summary(self, reason: str = "running") -> WorkerSummary:
-        c = self.counters
-        with c.lock:
-            return WorkerSummary(
-                worker_id=self.worker_id,
-                claimed=c.claimed,
-                completed=c.completed,
-                failed=c.failed,
-                retried=c.retried,
-                interrupted=c.interrupted,
-                timed_out=c.timed_out,
-                lost=c.lost,
-                requeued=c.requeued,
-                elapsed_seconds=time.monotonic() - self._started_at,
-                reason=reason,
-            )
+        elapsed = time.monotonic() - self._started_at
+        return self.counters.summary(self.worker_id, elapsed, reason)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -202,9 +177,9 @@ class WorkerRuntime:
         last_summary = time.monotonic()
         outages = 0
         while not self._stop.is_set():
-            self._supervise()
+            self.watch.supervise()
             try:
-                claimed = self._cycle()
+                claimed = self.dispatcher.cycle(claiming=True)
                 ended = None if claimed or len(self.slots) else self._idle_ending()
             except DatabaseUnavailable as exc:
                 outages += 1
@@ -242,104 +217,13 @@ class WorkerRuntime:
 
     def _idle_ending(self) -> str | None:
         """Nothing in flight and nothing claimed: is the worker done?"""
-        if self._max_items_reached():
+        if self.dispatcher.max_items_reached():
             return "max-items"
         if self.config.burst and not due_within(
             self.config.poll_interval, self.config.filters, using=self.config.using
         ):
             return "burst-done"
         return None
-
-    def _max_items_reached(self) -> bool:
-        return self.config.max_items is not None and self.counters.claimed >= self.config.max_items
-
-    def _capacity(self, finishing: int) -> int:
-        c = self.config
-        capacity = c.concurrency + self._prefetch() - (len(self.slots) - finishing)
-        if c.max_items is not None:
-            capacity = min(capacity, c.max_items - self.counters.claimed)
-        return capacity
-
-    def _prefetch(self) -> int:
-        if self.config.prefetch is not None:
-            return self.config.prefetch
-        average = self._avg_run_seconds
-        if average is not None and average < FAST_HANDLER_SECONDS:
-            # Fast handlers: claim about PREFETCH_AHEAD_SECONDS of work ahead, so
-            # executors stay busy while the dispatcher round-trips and each
-            # round trip is a batch; slow work is never hoarded.
-            ahead = int(PREFETCH_AHEAD_SECONDS / max(average, 1e-4))
-            return min(MAX_PREFETCH, max(4 * self.config.concurrency, ahead))
-        return 0
-
-    def _cycle(self) -> int:
-        """Complete what finished and claim what fits, in one round trip when possible."""
-        with self._finished_lock:
-            batch, self._finished = self._finished, []
-        done = [(slot.lease, output) for slot, output in batch]
-        capacity = self._capacity(len(batch))
-        c = self.config
-        try:
-            if capacity > 0 and not self._stop.is_set():
-                completion, leases = complete_and_claim(
-                    self.manager, done, capacity, c.terms, c.filters
-                )
-            else:
-                completion, leases = complete(self.manager, done), []
-        except BaseException:
-            with self._finished_lock:
-                self._finished[:0] = batch  # written after reconnecting
-            raise
-        self._finish_batch(batch, completion)
-        return self._dispatch_leases(leases)
-
-    def _finish_batch(self, batch: list[tuple[Slot, str | None]], completion: Completion) -> None:
-        slot_of = {slot.key: slot for slot, _ in batch}
-        for lease in completion.completed:
-            slot = slot_of[lease.key]
-            logger.debug(
-                "done %s (%s) in %d ms", lease.work_item_id, lease.work_type, slot.elapsed_ms()
-            )
-            self._on_done(slot)
-        for lease in completion.lost:
-            logger.warning(
-                "lease on %s (%s, token %d) was lost before completion; result discarded "
-                "(another run or the sweep owns it now)",
-                lease.work_item_id,
-                lease.work_type,
-                lease.token,
-            )
-            self._on_done(slot_of[lease.key])
-        for lease, reason in completion.unstorable:
-            logger.error("failed %s (%s): %s", lease.work_item_id, lease.work_type, reason)
-            self._on_done(slot_of[lease.key])
-        if completion.unwritten:
-            unwritten = {lease.key for lease, _ in completion.unwritten}
-            with self._finished_lock:
-                self._finished[:0] = [entry for entry in batch if entry[0].key in unwritten]
-        self.counters.add(
-            completed=len(completion.completed),
-            lost=len(completion.lost),
-            failed=len(completion.unstorable),
-        )
-
-    def _dispatch_leases(self, leases: list[Lease]) -> int:
-        for lease in leases:
-            spec = self.config.specs[lease.work_type]
-            slot = Slot(lease, spec, self.config.terms.duration_for(lease.work_type))
-            self.slots.add(slot)
-            logger.debug(
-                "claimed %s (%s, token %d, attempt %d/%d)",
-                lease.work_item_id,
-                lease.work_type,
-                lease.token,
-                lease.retry_count + 1,
-                lease.max_retries + 1,
-            )
-            self.pool.submit(slot)
-        if leases:
-            self.counters.add(claimed=len(leases))
-        return len(leases)
 
     # --- waiting -----------------------------------------------------------------------
 
@@ -357,12 +241,7 @@ class WorkerRuntime:
                 self._notified.clear()
                 self._freed.clear()
                 return
-            with self._finished_lock:
-                finished = len(self._finished)
-            if finished and (
-                self.pool.backlog() < self.config.concurrency
-                or finished >= max(1, self._prefetch())
-            ):
+            if self.dispatcher.worth_a_round_trip():
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -382,58 +261,10 @@ class WorkerRuntime:
         self._notified.set()
         self._wake.set()
 
-    def _on_output(self, slot: Slot, output_json: str | None) -> None:
-        elapsed = slot.elapsed_ms() / 1000
-        average = self._avg_run_seconds
-        self._avg_run_seconds = elapsed if average is None else 0.8 * average + 0.2 * elapsed
-        with self._finished_lock:
-            self._finished.append((slot, output_json))
-        self._wake.set()
-
     def _on_done(self, slot: Slot) -> None:
         self.slots.remove(slot)
         self._freed.set()
         self._wake.set()
-
-    # --- keeping watch ------------------------------------------------------------------
-
-    def _supervise(self) -> None:
-        """Replace dead executors, hand back their runs, time out runs past their deadline."""
-        for slot in self.pool.supervise():
-            self.recorder.hand_back(slot, "its executor thread died")
-            self._on_done(slot)
-        now = time.monotonic()
-        for slot in self.slots:
-            if now < slot.deadline():
-                continue
-            executor = slot.executor
-            if self.slots.transition(slot, SlotState.RUNNING, SlotState.ABANDONED):
-                slot.lose(f"timed out after {round(slot.lease.cap_seconds)} s")
-                self.recorder.time_out(slot)
-                if executor is not None:
-                    self.pool.retire(
-                        executor, f"its handler of {slot.lease.work_item_id} timed out"
-                    )
-                self._on_done(slot)
-            elif self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
-                self.recorder.hand_back(slot, "it waited past its lease's deadline")
-                self._on_done(slot)
-
-    def _on_lease_lost(self, slot: Slot, error: BaseException) -> None:
-        """The renewer could not keep a lease: the run must stop writing."""
-        if slot.state is SlotState.FINISHED:
-            return  # its outcome is being written; the fence decides
-        logger.warning(
-            "lease on %s (token %d) lost: %s",
-            slot.lease.work_item_id,
-            slot.lease.token,
-            one_line(error),
-        )
-        slot.lose(one_line(error))
-        if self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
-            # Never started: nothing to finish; the item belongs to the sweep now.
-            self.counters.add(lost=1)
-            self._on_done(slot)
 
     def _report_progress(self) -> None:
         c = self.counters
@@ -471,10 +302,10 @@ class WorkerRuntime:
         self._stop.set()
         deadline = time.monotonic() + self.config.shutdown_timeout
         while len(self.slots) and time.monotonic() < deadline:
-            self._flush()
-            self._supervise()
+            self.dispatcher.flush()
+            self.watch.supervise()
             self._wait_for_work(0.05)
-        self._flush()
+        self.dispatcher.flush()
         for slot in self.slots:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.ABANDONED) or (
                 self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED)
@@ -485,7 +316,7 @@ class WorkerRuntime:
                     f"still running after the {self.config.shutdown_timeout:g}s shutdown timeout",
                 )
                 self._on_done(slot)
-        self._flush_until_written()
+        self.dispatcher.flush_until_written()
         self.pool.stop()
         self.renewer.stop()
         try:
@@ -495,43 +326,6 @@ class WorkerRuntime:
             logger.warning("could not mark worker %s stopped: %s", self.worker_id, one_line(exc))
         if self.listener is not None:
             self.listener.stop()
-
-    def _flush(self) -> None:
-        """Complete finished items (no claims); database trouble is retried later."""
-        try:
-            self._cycle_complete_only()
-        except (DatabaseUnavailable, DatabaseError) as exc:
-            if isinstance(exc, DatabaseError) and not (is_lock_conflict(exc)):
-                raise
-            logger.warning("completing finished items failed during shutdown: %s", one_line(exc))
-            close_connection(self.config.using)
-
-    def _cycle_complete_only(self) -> None:
-        with self._finished_lock:
-            batch, self._finished = self._finished, []
-        try:
-            completion = complete(self.manager, [(slot.lease, output) for slot, output in batch])
-        except BaseException:
-            with self._finished_lock:
-                self._finished[:0] = batch
-            raise
-        self._finish_batch(batch, completion)
-
-    def _flush_until_written(self) -> None:
-        """Do not exit holding finished results the database has not taken yet.
-
-        Tries until they are written, or their leases surely ran out (the sweep
-        owns them then).
-        """
-        while True:
-            with self._finished_lock:
-                pending = [slot for slot, _ in self._finished if not slot.lease_surely_expired()]
-                if not pending:
-                    self._finished.clear()
-                    return
-            self._flush()
-            if self._finished:
-                time.sleep(0.2)
 
     def _with_reconnect(self, fn: object, *, what: str, attempts: int = 30) -> None:
         for attempt in range(attempts):
