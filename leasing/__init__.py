@@ -38,6 +38,7 @@ _EXPORTS = {
     "WorkerRuntime": "leasing.worker",
     "PermanentError": "leasing.exceptions",
     "LeasingError": "leasing.exceptions",
+    "signals": "leasing.signals",
     "InvalidInput": "leasing.exceptions",
     "LeaseLostError": "leasing.exceptions",
     "LeaseExpiredError": "leasing.exceptions",
@@ -55,6 +56,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'leasing' has no attribute {name!r}")
+    if module == f"leasing.{name}":  # a submodule exported as itself (leasing.signals)
+        return importlib.import_module(module)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value

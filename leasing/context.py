@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from . import signals
 from .exceptions import LeaseLostError
 from .heartbeat import Heartbeat
 from .services.checkpoints import create_checkpoint, resume_state
@@ -84,6 +85,8 @@ class WorkContext:
     def beat(self) -> None:
         """Record proof of progress (and, in `beat` mode, keep the lease alive)."""
         self.heartbeat.beat()
+        if signals.listened(signals.heartbeat):
+            signals.send_now(signals.heartbeat, WorkContext, signals.lease_event(self.lease))
 
     def checkpoint(
         self, checkpoint_type: str, snapshot: Any, metadata: dict[str, Any] | None = None

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, transaction
 
+from .. import signals
 from ..sql import work_items as sql
 from ..sql.dialect import Dialect
 from ..sql.runner import is_infrastructure_error, run, run_one
@@ -39,11 +40,21 @@ class Completion:
     unwritten: tuple[Finished, ...] = ()
 
 
-def _split(done: Sequence[Finished], written: set[tuple[str, int]]) -> Completion:
-    return Completion(
+def _split(
+    manager: LeaseManager, done: Sequence[Finished], written: set[tuple[str, int]]
+) -> Completion:
+    completion = Completion(
         completed=tuple(lease for lease, _ in done if lease.key in written),
         lost=tuple(lease for lease, _ in done if lease.key not in written),
     )
+    _released(manager, completion.completed)
+    return completion
+
+
+def _released(manager: LeaseManager, completed: Sequence[Lease]) -> None:
+    if completed and signals.listened(signals.lease_released):
+        events = [signals.lease_event(lease, status="completed") for lease in completed]
+        signals.send_after_commit(signals.lease_released, LeaseManager, events, using=manager.using)
 
 
 def complete(manager: LeaseManager, done: Sequence[Finished]) -> Completion:
@@ -57,7 +68,7 @@ def complete(manager: LeaseManager, done: Sequence[Finished]) -> Completion:
             raise
         return complete_one_by_one(manager, done)
     manager.held.discard(lease.key for lease, _ in done)
-    return _split(done, written)
+    return _split(manager, done, written)
 
 
 def _complete_batch(manager: LeaseManager, done: Sequence[Finished]) -> set[tuple[str, int]]:
@@ -98,6 +109,7 @@ def complete_one_by_one(manager: LeaseManager, done: Sequence[Finished]) -> Comp
             continue
         (completed if row is not None else lost).append(lease)
         manager.held.discard([lease.key])
+    _released(manager, completed)
     return Completion(tuple(completed), tuple(lost), tuple(unstorable))
 
 
@@ -125,4 +137,4 @@ def complete_and_claim(
     written = {(row["work_item_id"], row["lease_token"]) for row in rows if row["kind"] == "done"}
     manager.held.discard(lease.key for lease, _ in done)
     claimed = manager.leases_from_rows(row for row in rows if row["kind"] == "claimed")
-    return _split(done, written), claimed
+    return _split(manager, done, written), claimed

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import validation
+from .. import signals, validation
 from ..exceptions import InvalidInput
 from ..sql import renewals
 from ..sql import work_items as sql
@@ -116,6 +116,11 @@ class LeaseManager:
             key=lambda lease: (-lease.priority, lease.created_at, lease.work_item_id),
         )
         self.held.add(leases)
+        if leases and signals.listened(signals.lease_acquired):
+            events = [signals.lease_event(lease) for lease in leases]
+            signals.send_after_commit(
+                signals.lease_acquired, LeaseManager, events, using=self.using
+            )
         return leases
 
     # --- renewing ---------------------------------------------------------------------
@@ -157,7 +162,7 @@ class LeaseManager:
         row = run_one(self.using, statement)
         if row is None:
             raise self.refusal(item_id, held_token, renewing=True)
-        self.held.set_expiries({(item_id, held_token): to_datetime(row["lease_expires_at"])})
+        self._renewed({(item_id, held_token): to_datetime(row["lease_expires_at"])})
         return True
 
     def renew_leases(
@@ -211,9 +216,34 @@ class LeaseManager:
                 key = (row["work_item_id"], row["lease_token"])
                 renewed[key] = to_datetime(row["lease_expires_at"])
         lost = {(r.work_item_id, r.token) for r in requested} - set(renewed)
-        self.held.set_expiries(renewed)
+        self._renewed(renewed)
         self.held.discard(lost)
         return set(renewed), lost
+
+    def _renewed(self, expiries: dict[LeaseKey, datetime | None]) -> None:
+        self.held.set_expiries(expiries)
+        if expiries and signals.listened(signals.lease_renewed):
+            signals.send_after_commit(
+                signals.lease_renewed,
+                LeaseManager,
+                lambda: [
+                    self._event(key, expires_at=expires_at) for key, expires_at in expiries.items()
+                ],
+                using=self.using,
+            )
+
+    def _event(self, key: LeaseKey, **extra: Any) -> dict[str, Any]:
+        """A signal's arguments for a lease of this manager (the lease itself if it holds it)."""
+        lease = self.held.get(key)
+        if lease is not None:
+            return signals.lease_event(lease, **extra)
+        return {
+            "lease": None,
+            "work_item_id": key[0],
+            "token": key[1],
+            "worker_id": self.worker_id,
+            **extra,
+        }
 
     # --- releasing --------------------------------------------------------------------
 
@@ -290,8 +320,14 @@ class LeaseManager:
         """The outcome of a fenced release, or the specific error if it matched no row."""
         if row is None:
             raise self.refusal(*key, renewing=False)
+        outcome = outcome_from_row(row)
+        if signals.listened(signals.lease_released):
+            events = [self._event(key, status=outcome.status)]
+            signals.send_after_commit(
+                signals.lease_released, LeaseManager, events, using=self.using
+            )
         self.held.discard([key])
-        return outcome_from_row(row)
+        return outcome
 
 
 __all__ = ["Lease", "LeaseKey", "LeaseManager", "ReleaseOutcome"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import validation
+from .. import signals, validation
 from ..exceptions import InvalidInput, WorkItemNotFound
 from ..sql import operator as sql
 from ..sql.dialect import Dialect
@@ -134,6 +134,16 @@ def apply_action(
             metadata={"source": "operator"},
             using=using,
         )
+        if action == Action.FORCE_RELEASE and signals.listened(signals.lease_force_released):
+            event = {
+                "lease": None,
+                "work_item_id": work_item_id,
+                "token": before["lease_token"],
+                "worker_id": before["lease_holder"],
+                "actor": actor,
+                "reason": reason,
+            }
+            signals.send_after_commit(signals.lease_force_released, Action, [event], using=using)
     return OperatorResult(
         work_item_id,
         action,

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
+from .. import signals
 from ..handlers import registry as handlers
 from ..ids import new_ulids
 from ..sql import checkpoints as checkpoints_sql
 from ..sql import recovery as sql
 from ..sql.dialect import Dialect
-from ..sql.runner import dump_json, run, run_one, to_datetime, translate_db_errors
+from ..sql.runner import dump_json, load_json, run, run_one, to_datetime, translate_db_errors
 from ..sql.snapshots import error_boundary
 from ..states import WorkItemStatus
 from .checkpoints import lock_task_sequences
@@ -56,8 +57,10 @@ def _recover_postgres(
         fail_types,
         checkpoint_ids=new_ulids(found) if create_checkpoints else None,
         metadata_json=metadata,
+        report_items=signals.listened(signals.lease_expired),
     )
     counts = run_one(d.using, statement) or {}
+    _expired(d.using, load_json(counts.get("items")) or [])
     return BatchOutcome(
         found=found,
         requeued=counts.get("requeued", 0),
@@ -91,12 +94,36 @@ def _recover_sqlite(
         created = len(
             run(d.using, checkpoints_sql.append_error_boundaries_sqlite(d, rows, metadata))
         )
+    _expired(
+        d.using,
+        [
+            [c["work_item_id"], c["lease_holder"], c["lease_token"], r["status"], c["timed_out"]]
+            for c, r in recovered
+        ],
+    )
     return BatchOutcome(
         found=len(candidates),
         requeued=sum(1 for _, r in recovered if r["status"] == WorkItemStatus.PENDING),
         failed=sum(1 for _, r in recovered if r["status"] != WorkItemStatus.PENDING),
         checkpoints=created,
     )
+
+
+def _expired(using: str, items: list[list[object]]) -> None:
+    """The `lease_expired` signal, once per recovered item, after the batch commits."""
+    if items and signals.listened(signals.lease_expired):
+        events = [
+            {
+                "lease": None,
+                "work_item_id": item_id,
+                "token": token,
+                "worker_id": holder,
+                "status": status,
+                "timed_out": bool(timed_out),
+            }
+            for item_id, holder, token, status, timed_out in items
+        ]
+        signals.send_after_commit(signals.lease_expired, BatchOutcome, events, using=using)
 
 
 def _iso(value: object) -> str | None:

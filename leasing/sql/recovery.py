@@ -27,6 +27,10 @@ from .snapshots import error_boundary_sql
 from .work_items import IN_PROGRESS, PENDING, attempt_ended_set
 
 MAX_RETRIES_MESSAGE = "Max retries exceeded"
+# The recovered items, for the lease_expired signal: [id, holder, token, status, timed out].
+ITEMS = """(SELECT json_agg(json_build_array(x.work_item_id, x.lease_holder, x.lease_token,
+                                          y.status, x.timed_out = 1))
+           FROM c AS x JOIN recovered AS y ON y.work_item_id = x.work_item_id)"""
 FAIL_POLICY_MESSAGE = "Lease expired - not retried (on_lease_expired=fail)"
 # `retry N/M` and `Timed out after N s` are built in SQL from the row.
 
@@ -101,12 +105,15 @@ def recover_locked_postgres(
     *,
     checkpoint_ids: list[str] | None,
     metadata_json: str,
+    report_items: bool = False,
 ) -> Statement:
     """PostgreSQL, step 2: recover the locked rows, write their checkpoints, wake workers.
 
     Returns one row of counts (requeued, failed, checkpoints): nothing
-    travels per item. Each task's last sequence number is read in `c`, which
-    is complete before the first checkpoint is inserted.
+    travels per item, unless `report_items` asks for the recovered items (for
+    the `lease_expired` signal) as one JSON array. Each task's last sequence
+    number is read in `c`, which is complete before the first checkpoint is
+    inserted.
     """
     set_sql, set_params = _recovered_set(d)
     fail_sql = "work_type = ANY(%s::text[])"
@@ -170,6 +177,7 @@ def recover_locked_postgres(
                count(*) FILTER (WHERE status <> {PENDING}) AS failed,
                {"(SELECT count(*) FROM written)" if checkpoint_ids is not None else "0"}
                    AS checkpoints,
+               {ITEMS if report_items else "NULL"} AS items,
                -- Re-queued items are claimable at once: wake idle workers (on commit).
                (SELECT count(pg_notify(%s, q))
                 FROM (SELECT DISTINCT queue_name AS q FROM recovered

@@ -8,7 +8,7 @@ Modules: `options` (what a worker is told, resolved once against the
 settings), `runtime` (the dispatcher loop and shutdown), `executors` (handler
 threads), `slots` (runs in flight, keyed by lease), `outcomes` (writing how
 runs ended), `renewer` (keeping leases alive), `listener` (NOTIFY),
-`signals` (SIGTERM/SIGINT).
+`stopping` (SIGTERM/SIGINT).
 """
 
 from .options import WorkerConfig, WorkerOptions, resolve

@@ -35,8 +35,8 @@ from .listener import NotifyListener
 from .options import WorkerConfig, WorkerOptions, resolve
 from .outcomes import Counters, Recorder, WorkerSummary, one_line
 from .renewer import LeaseRenewer
-from .signals import ShutdownSignals
 from .slots import Slot, SlotState, SlotTable
+from .stopping import ShutdownSignals
 from .watch import Watch
 
 logger = logging.getLogger("leasing.worker")
