@@ -133,16 +133,23 @@ def test_a_deadlocked_complete_and_acquire_changes_nothing_and_runs_again(make_i
     from leasing.sql.runner import is_lock_conflict
     from tests.conftest import database_url
 
+    from leasing.services.completion import complete_and_claim as complete_and_claim_items
+    from leasing.services.terms import claim_filters, claim_terms
+
     held, waiting = make_items(2)
     manager = LeaseManager("deadlocked")
-    assert [lease.work_item_id for lease in manager.acquire_leases(1, 60)] == [held.pk]
+    [held_lease] = manager.acquire_leases(1, 60)
+    assert held_lease.work_item_id == held.pk
+    terms, filters = claim_terms(60), claim_filters()
 
     other = psycopg.connect(database_url())
     outcome: dict[str, object] = {}
 
     def complete_and_claim() -> None:
         try:
-            outcome["result"] = manager.complete_and_acquire([(held.pk, None)], 1, 60)
+            outcome["result"] = complete_and_claim_items(
+                manager, [(held_lease, None)], 1, terms, filters
+            )
         except Exception as exc:
             outcome["error"] = exc
         finally:
@@ -180,6 +187,6 @@ def test_a_deadlocked_complete_and_acquire_changes_nothing_and_runs_again(make_i
     assert (rows[held.pk].status, rows[held.pk].lease_token) == ("in_progress", 1)
     assert (rows[waiting.pk].status, rows[waiting.pk].lease_token) == ("pending", 0)
 
-    completed, lost, leases = manager.complete_and_acquire([(held.pk, None)], 1, 60)
-    assert (completed, lost) == ([held.pk], [])
+    done, leases = complete_and_claim_items(manager, [(held_lease, None)], 1, terms, filters)
+    assert (done.completed, done.lost) == ((held_lease,), ())
     assert [lease.work_item_id for lease in leases] == [waiting.pk]
