@@ -2,6 +2,11 @@
 SHELL := /bin/sh
 VENV := .venv
 PY := $(VENV)/bin/python
+# A second environment with the oldest supported Django (6.0).
+VENV60 := .venv-django60
+PY60 := $(VENV60)/bin/python
+# 1: `make test` also runs the PostgreSQL pass on Django 6.0 (see test-django60).
+TEST_DJANGO60 ?= 0
 # The first Python >= 3.12 on PATH (pyenv: .python-version selects 3.12).
 PYTHON ?= $(shell for p in python3.12 python3.13 python3 python; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
@@ -15,7 +20,8 @@ BENCH_ARGS ?=
 # Browser tests use Debian's Chromium; Playwright must never fetch its own.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: venv lint test test-sqlite test-postgres demo bench bench-dashboard clean
+.PHONY: venv venv-django60 lint test test-sqlite test-postgres test-django60 new-user demo \
+	bench bench-dashboard clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.12 or newer is needed (with pyenv, the .python-version file selects 3.12)." >&2; exit 1; }
@@ -25,6 +31,15 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+$(VENV60)/.installed: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "Python 3.12 or newer is needed (with pyenv, the .python-version file selects 3.12)." >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV60)
+	$(PY60) -m pip install -q --upgrade pip
+	$(PY60) -m pip install -q -e '.[test]' 'Django>=6.0,<6.1'
+	touch $@
+
+venv-django60: $(VENV60)/.installed
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -39,11 +54,26 @@ test-postgres: venv
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 $(PY) -m pytest $(PYTEST_ARGS)
 
-# The whole suite on SQLite, then on PostgreSQL (never skipped).
+# The PostgreSQL pass again, on Django 6.0 (the oldest Django the app supports).
+test-django60: venv-django60
+	@./scripts/ensure-chromium.sh
+	@PY=$(PY60) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
+	DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 $(PY60) -m pytest $(PYTEST_ARGS)
+
+# Only the new-user test (scripts/new_user.py), on SQLite and on PostgreSQL; both
+# passes of `make test` run it too.
+new-user: venv
+	$(PY) scripts/new_user.py sqlite
+	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
+	$(PY) scripts/new_user.py postgres --database-url $(DATABASE_URL)
+
+# The whole suite on SQLite, then on PostgreSQL (never skipped); each pass
+# includes the new-user test.
 test: lint
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	$(MAKE) --no-print-directory test-sqlite
 	$(MAKE) --no-print-directory test-postgres
+	@if [ "$(TEST_DJANGO60)" = 1 ]; then $(MAKE) --no-print-directory test-django60; fi
 
 # Everything on the embedded SQLite database: data, a worker pass, then the
 # dashboard, a worker and the sweep (Ctrl-C stops them).
@@ -56,10 +86,10 @@ bench: venv
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	DATABASE_URL=$(DATABASE_URL) $(PY) -m bench.run $(BENCH_ARGS)
 
-# The admin pages at 1,000,000 work items (SPEC §15); about 3 minutes.
+# The admin pages at 1,000,000 work items; about 3 minutes.
 bench-dashboard: venv
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	DATABASE_URL=$(DATABASE_URL) $(PY) bench/dashboard.py
 
 clean:
-	rm -rf $(VENV) .test-run.sqlite3* .test-db.sqlite3* artifacts
+	rm -rf $(VENV) $(VENV60) .cache .test-run.sqlite3* .test-db.sqlite3* artifacts

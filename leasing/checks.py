@@ -1,20 +1,42 @@
-"""System checks for the leasing app (ids `leasing.E0xx` and `leasing.W0xx`)."""
+"""System checks for the leasing app (ids `leasing.E0xx` and `leasing.W0xx`).
+
+    E001  settings.LEASING is not valid
+    E002  the heartbeat interval is not below the lease
+    E003  the extender interval is not below its extension
+    E004  a SQLite database holding the leasing tables lacks the options the engine needs
+    E005  (leasing.tasks) a TASKS backend is LeasingBackend but 'leasing' is not installed
+    W001  a database holding the leasing tables is not PostgreSQL
+    W002  the heartbeat can give up only after the lease expired
+    W003  the sweep interval is longer than the lease
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.core import checks
-from django.db import connections
+from django.db import connections, router
 
 from .conf import build_settings
 from .exceptions import LeasingConfigurationError
 
 POSTGRES_ONLY_FEATURES = (
-    "claims serialize on SQLite's single write lock instead of SKIP LOCKED, "
-    "so workers on several hosts cannot share it; idle workers poll instead of "
-    "being woken by LISTEN/NOTIFY"
+    "claims serialize on SQLite's single write lock instead of SKIP LOCKED, and idle "
+    "workers poll instead of being woken by LISTEN/NOTIFY. That is fine for development "
+    "and for a few workers on one host; workers on several hosts need PostgreSQL"
+)
+
+# The busy timeout a SQLite writer waits for the write lock. Claims, renewals,
+# checkpoints and completions of every worker thread queue on that one lock;
+# Python's default (5 s) is too short under a burst of checkpoints.
+SQLITE_MIN_TIMEOUT = 20.0
+
+SQLITE_OPTIONS_SNIPPET = (
+    '"OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30, '
+    '"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}'
 )
 
 
@@ -75,20 +97,71 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return messages
 
 
+def _leasing_aliases() -> list[str]:
+    """The database aliases that may hold the leasing tables (by the routers)."""
+    from .models import WorkItem
+
+    return [alias for alias in connections if router.allow_migrate_model(alias, WorkItem)]
+
+
+def sqlite_problems(options: Mapping[str, Any]) -> list[str]:
+    """What a SQLite database's OPTIONS lack for concurrent workers (empty: nothing)."""
+    problems = []
+    mode = options.get("transaction_mode")
+    if not isinstance(mode, str) or mode.upper() != "IMMEDIATE":
+        problems.append(
+            'transaction_mode "IMMEDIATE" (a deferred transaction that must upgrade its read '
+            'lock fails at once with "database is locked", whatever the timeout)'
+        )
+    init_command = options.get("init_command") or ""
+    pragmas = re.sub(r"\s+", "", str(init_command)).lower()
+    busy_ms = re.search(r"busy_timeout=(\d+)", pragmas)
+    timeout = options.get("timeout", 5.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        timeout = 0.0
+    if busy_ms is not None:
+        timeout = max(timeout, int(busy_ms.group(1)) / 1000)
+    if timeout < SQLITE_MIN_TIMEOUT:
+        problems.append(
+            f"a busy timeout of at least {SQLITE_MIN_TIMEOUT:g} s (it is {timeout:g} s: writers "
+            "that wait longer for the lock fail)"
+        )
+    if "journal_mode=wal" not in pragmas:
+        problems.append(
+            "WAL journal mode (PRAGMA journal_mode=WAL in init_command: without it every "
+            "reader blocks the writers)"
+        )
+    return problems
+
+
 @checks.register("leasing")
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    # Reads only the configured ENGINE, so it needs no connection and runs with
-    # every command, not just `check --database`.
-    if settings.DEBUG:
-        return []
+    # Reads only the configured settings, so it needs no connection and runs
+    # with every command, not just `check --database`.
     messages: list[checks.CheckMessage] = []
-    for alias in connections:
+    for alias in _leasing_aliases():
         vendor = connections[alias].vendor
+        if vendor == "sqlite":
+            problems = sqlite_problems(connections[alias].settings_dict.get("OPTIONS") or {})
+            if problems:
+                messages.append(
+                    checks.Error(
+                        f"SQLite database {alias!r} is not set up for leasing workers; it "
+                        f"needs {'; '.join(problems)}. With Django's default SQLite settings "
+                        "two workers fail items and leave leases behind.",
+                        hint=f"Add to DATABASES[{alias!r}]: {SQLITE_OPTIONS_SNIPPET}",
+                        id="leasing.E004",
+                    )
+                )
         if vendor != "postgresql":
             messages.append(
                 checks.Warning(
                     f"Database {alias!r} is {vendor}, not PostgreSQL: {POSTGRES_ONLY_FEATURES}.",
-                    hint="Set DATABASE_URL to a PostgreSQL server for production.",
+                    hint=(
+                        "For production use PostgreSQL (pip install 'django-leasing[postgres]'). "
+                        "If one host is all you need, silence this warning with "
+                        'SILENCED_SYSTEM_CHECKS = ["leasing.W001"].'
+                    ),
                     id="leasing.W001",
                 )
             )

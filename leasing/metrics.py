@@ -10,7 +10,7 @@ Metrics (all prefixed `leasing_`):
 
 =====================================  =======  =================================================
 `work_items{status}`                   gauge    items in each status (exact)
-`active_leases`                        gauge    in-progress items (first SPEC §13 query)
+`active_leases`                        gauge    in-progress items (the first monitoring query)
 `stale_leases`                         gauge    in-progress items whose heartbeat is older than
                                                 STALE_HEARTBEAT (second column of that query)
 `leases{health}`                       gauge    in-progress items by lease health:
@@ -40,20 +40,48 @@ not reset by a process restart, because they are not kept in a process.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
 
 from . import dashboard
 from .models import LeaseHealth, WorkerRole, WorkerStatus
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
+
 PREFIX = "leasing"
 
+MISSING_CLIENT = (
+    "The leasing metrics need the prometheus-client package, which is not installed: "
+    "pip install 'django-leasing[metrics]'."
+)
 
-class LeasingCollector(Collector):
-    """Reads the leasing tables of database `using` at every `collect()`."""
+
+class MetricsUnavailable(ImproperlyConfigured):
+    """prometheus-client is an optional dependency (the `metrics` extra) and is missing."""
+
+
+def _client() -> ModuleType:
+    # Imported on first use, never with the app: prometheus-client is an extra.
+    try:
+        import prometheus_client.core
+    except ImportError as exc:
+        raise MetricsUnavailable(MISSING_CLIENT) from exc
+    return prometheus_client
+
+
+class LeasingCollector:
+    """Reads the leasing tables of database `using` at every `collect()`.
+
+    A prometheus_client collector by its methods (the registry only calls
+    `collect()` and `describe()`), so defining it needs no import of the client.
+    """
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
@@ -100,11 +128,13 @@ class LeasingCollector(Collector):
 
     @staticmethod
     def _families() -> dict[str, Metric]:
-        def gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
-            return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels)
+        core = _client().core
 
-        def counter(name: str, doc: str) -> CounterMetricFamily:
-            return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=[])
+        def gauge(name: str, doc: str, labels: list[str] | None = None) -> Metric:
+            return core.GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels)
+
+        def counter(name: str, doc: str) -> Metric:
+            return core.CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=[])
 
         return {
             "work_items": gauge("work_items", "Work items by status.", ["status"]),
@@ -147,8 +177,11 @@ class LeasingCollector(Collector):
 
 
 def build_registry(using: str = "default") -> CollectorRegistry:
-    """A private registry holding only the leasing collector."""
-    registry = CollectorRegistry(auto_describe=False)
+    """A private registry holding only the leasing collector.
+
+    Raises `MetricsUnavailable` when prometheus-client is not installed.
+    """
+    registry = _client().CollectorRegistry(auto_describe=False)
     registry.register(LeasingCollector(using))
     return registry
 
@@ -165,8 +198,38 @@ def get_registry(using: str = "default") -> CollectorRegistry:
 
 
 def render_latest(using: str = "default") -> tuple[bytes, str]:
-    """The exposition text and its content type."""
-    return generate_latest(get_registry(using)), CONTENT_TYPE_LATEST
+    """The exposition text and its content type (`MetricsUnavailable` without the client)."""
+    client = _client()
+    return client.generate_latest(get_registry(using)), client.CONTENT_TYPE_LATEST
 
 
-__all__ = ["LeasingCollector", "build_registry", "get_registry", "render_latest"]
+def answer_when_unavailable(
+    view: Callable[..., HttpResponse],
+) -> Callable[..., HttpResponse]:
+    """Wrap the metrics view: a missing prometheus-client is a 503 saying what to install.
+
+    The view checks access first and renders last, so only a caller allowed to
+    scrape ever sees this answer.
+    """
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except MetricsUnavailable as exc:
+            return HttpResponse(
+                f"{exc}\n", status=503, content_type="text/plain; charset=utf-8"
+            )
+
+    return wrapper
+
+
+__all__ = [
+    "MISSING_CLIENT",
+    "LeasingCollector",
+    "MetricsUnavailable",
+    "answer_when_unavailable",
+    "build_registry",
+    "get_registry",
+    "render_latest",
+]

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.conf import settings
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
@@ -35,18 +37,34 @@ from .context import WorkContext
 from .exceptions import PayloadNotSerializable, PermanentError
 from .handlers import registry
 from .ids import new_ulid
-from .models import Checkpoint, CheckpointType, WorkItem, WorkItemStatus
 from .services.enqueue import enqueue
+from .states import CheckpointType, WorkItemStatus
+
+if TYPE_CHECKING:
+    from .models import Checkpoint, WorkItem
 
 TASK_WORK_TYPE = "django.task"
 BACKEND_PATH = "leasing.tasks.LeasingBackend"
 
+# This module must import without the leasing models, so that a site that
+# forgot INSTALLED_APPS gets the system check below instead of a RuntimeError
+# from the model import (the enumerations of leasing.states need no models).
 _STATUS = {
-    WorkItemStatus.PENDING: TaskResultStatus.READY,
-    WorkItemStatus.IN_PROGRESS: TaskResultStatus.RUNNING,
-    WorkItemStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
-    WorkItemStatus.FAILED: TaskResultStatus.FAILED,
+    WorkItemStatus.PENDING.value: TaskResultStatus.READY,
+    WorkItemStatus.IN_PROGRESS.value: TaskResultStatus.RUNNING,
+    WorkItemStatus.COMPLETED.value: TaskResultStatus.SUCCESSFUL,
+    WorkItemStatus.FAILED.value: TaskResultStatus.FAILED,
 }
+
+NOT_INSTALLED = (
+    "TASKS[{alias!r}] uses leasing.tasks.LeasingBackend, but 'leasing' is not in "
+    "INSTALLED_APPS: its tables, handlers and workers would not exist."
+)
+
+
+def _require_app(alias: str) -> None:
+    if not apps.is_installed("leasing"):
+        raise ImproperlyConfigured(NOT_INSTALLED.format(alias=alias))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +107,21 @@ class LeasingBackend(BaseTaskBackend):
             )
         self.max_retries: int | None = max_retries
 
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        messages = list(super().check(**kwargs))
+        if not apps.is_installed("leasing"):
+            messages.append(
+                checks.Error(
+                    NOT_INSTALLED.format(alias=self.alias),
+                    hint="Add 'leasing' to INSTALLED_APPS and run manage.py migrate.",
+                    id="leasing.E005",
+                )
+            )
+        return messages
+
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        _require_app(self.alias)
+
         self.validate_task(task)
         try:
             arguments = {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
@@ -112,8 +144,13 @@ class LeasingBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
+        _require_app(self.alias)
         if not isinstance(result_id, str) or "\x00" in result_id or len(result_id) > 255:
             raise TaskResultDoesNotExist(result_id)
+        # Imported here: this module must import without the leasing models
+        # (see _STATUS), and the app check above has passed.
+        from .models import Checkpoint, WorkItem
+
         item = (
             WorkItem.objects.using(self.using)
             .filter(pk=result_id, work_type=TASK_WORK_TYPE)
@@ -143,9 +180,9 @@ class LeasingBackend(BaseTaskBackend):
         worker_ids = [str(b.get("worker_id") or "") for b in boundaries]
         if item.status == WorkItemStatus.IN_PROGRESS and item.lease_holder:
             worker_ids.append(item.lease_holder)
-        elif item.status == WorkItemStatus.COMPLETED and isinstance(item.output_data, dict):
+        elif item.status == "completed" and isinstance(item.output_data, dict):
             worker_ids.append(item.output_data.get("worker_id", ""))
-        status = _STATUS[WorkItemStatus(item.status)]
+        status = _STATUS[item.status]
         result = TaskResult(
             task=task,
             id=item.work_item_id,

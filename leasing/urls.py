@@ -1,5 +1,6 @@
-"""URLs of the leasing app outside the admin.
+"""URLs of the leasing app outside the admin: the Prometheus endpoint.
 
+    path("", include("leasing.urls")),           # -> /metrics (Prometheus' default path)
     path("leasing/", include("leasing.urls")),   # -> /leasing/metrics
 
 The dashboard and the checkpoint timeline are admin pages, registered by
@@ -10,9 +11,10 @@ The dashboard and the checkpoint timeline are admin pages, registered by
 from django.urls import path
 
 from . import views
+from .metrics import answer_when_unavailable
 
 app_name = "leasing"
 
 urlpatterns = [
-    path("metrics", views.metrics_view, name="metrics"),
+    path("metrics", answer_when_unavailable(views.metrics_view), name="metrics"),
 ]

@@ -117,7 +117,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 
 LOGIN_URL = "admin:login"
 
-# The app's own settings (SPEC §5); every key is optional.
+# The app's own settings (README.md, "Settings"); every key is optional.
 LEASING: dict = {}
 
 # Django's Tasks framework runs @task functions on leasing workers. An empty
@@ -139,20 +139,24 @@ Q_CLUSTER = {
     "catch_up": False,
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-    },
-    "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
-    },
-    "loggers": {
-        "leasing": {
-            "handlers": ["console"],
-            "level": os.environ.get("LEASING_LOG_LEVEL", "INFO"),
-            "propagate": False,
+# runworker and recoverysweep log to stderr by themselves when LOGGING leaves
+# the `leasing` loggers alone: INFO (start, stop, summaries, retries, failures,
+# sweep passes), one line per completed item with -v 2, warnings only with -v 0.
+# LEASING_LOG_LEVEL=DEBUG|INFO|... hands the decision to this LOGGING instead.
+LOGGING: dict = {"version": 1, "disable_existing_loggers": False}
+if os.environ.get("LEASING_LOG_LEVEL"):
+    LOGGING |= {
+        "formatters": {
+            "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
         },
-    },
-}
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        },
+        "loggers": {
+            "leasing": {
+                "handlers": ["console"],
+                "level": os.environ["LEASING_LOG_LEVEL"],
+                "propagate": False,
+            },
+        },
+    }

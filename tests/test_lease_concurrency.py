@@ -130,11 +130,10 @@ def test_a_deadlocked_complete_and_acquire_changes_nothing_and_runs_again(make_i
     import psycopg
     from django.db import OperationalError, connection, connections
 
-    from leasing.sql.runner import is_lock_conflict
-    from tests.conftest import database_url
-
     from leasing.services.completion import complete_and_claim as complete_and_claim_items
     from leasing.services.terms import claim_filters, claim_terms
+    from leasing.sql.runner import is_lock_conflict
+    from tests.conftest import database_url
 
     held, waiting = make_items(2)
     manager = LeaseManager("deadlocked")

@@ -1,17 +1,27 @@
-"""What the leasing management commands share: argparse validators and one-line errors.
+"""What the leasing management commands share: argparse validators, one-line
+errors and the default logging of the long-running commands.
 
-SPEC §14: a command given bad options exits non-zero with one line saying what
-is wrong, so the parser prints `<command>: error: <what>` without the usage
+A command given bad options exits non-zero with one line saying what is
+wrong, so the parser prints `<command>: error: <what>` without the usage
 block, and `CommandError`s raised while validating look the same.
+
+Logging: when the project's LOGGING says nothing about the `leasing` loggers
+(and the root logger has no handler), `runworker` and `recoverysweep` log to
+stderr themselves: INFO by default (start and stop, the periodic summary,
+every retry, failure and sweep pass with findings), DEBUG with `-v 2` or more
+(adds one line per completed item), WARNING with `-v 0`. A project that
+configures the `leasing` logger keeps full control: `-v` then changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import sys
-from typing import Any, NoReturn
+from collections.abc import Iterator
+from typing import IO, Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -52,6 +62,55 @@ def non_empty(text: str) -> str:
     return text
 
 
+LOGGER_NAME = "leasing"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def verbosity_level(verbosity: int) -> int:
+    """The log level of the default set-up for Django's `-v` option."""
+    if verbosity <= 0:
+        return logging.WARNING
+    if verbosity == 1:
+        return logging.INFO
+    return logging.DEBUG
+
+
+def project_configures_leasing_logging() -> bool:
+    """True when LOGGING (or any other set-up) already decides where leasing logs go."""
+    if logging.getLogger().handlers:
+        return True
+    for name, logger in logging.Logger.manager.loggerDict.items():
+        if name != LOGGER_NAME and not name.startswith(LOGGER_NAME + "."):
+            continue
+        if isinstance(logger, logging.Logger) and (
+            logger.handlers or logger.level != logging.NOTSET or not logger.propagate
+        ):
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def default_logging(verbosity: int, stream: IO[str] | None = None) -> Iterator[bool]:
+    """Log `leasing.*` to `stream` (stderr) while the block runs, unless the project does.
+
+    Yields whether the default set-up is in force. Everything is put back
+    afterwards, so a `call_command()` leaves no handler behind.
+    """
+    if project_configures_leasing_logging():
+        yield False
+        return
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logger.addHandler(handler)
+    logger.setLevel(verbosity_level(verbosity))
+    try:
+        yield True
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+
+
 class OneLineErrorParser(CommandParser):
     def error(self, message: str) -> NoReturn:
         if self.called_from_command_line:
@@ -70,6 +129,12 @@ class LeasingCommand(BaseCommand):
     """
 
     requires_system_checks: list[str] = []
+
+    def default_logging(self, verbosity: int) -> contextlib.AbstractContextManager[bool]:
+        """The default logging of the long-running commands (see the module docstring)."""
+        # The raw stream: Django's wrapper would colour every line as an error.
+        stream = getattr(self.stderr, "_out", sys.stderr)
+        return default_logging(verbosity, stream)
 
     def run_leasing_checks(self) -> None:
         from django.core import checks

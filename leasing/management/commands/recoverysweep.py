@@ -11,12 +11,15 @@ SIGTERM or SIGINT finishes the current batch, marks the sweep's `workers` row
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import threading
 from typing import Any
 
+from django.apps import apps
 from django.core.management.base import CommandError, CommandParser
+from django.db import DatabaseError, connections
 
 from leasing.exceptions import DatabaseUnavailable, InvalidInput, ProcessIdInUse
 from leasing.management.base import LeasingCommand, positive_float, positive_int
@@ -25,6 +28,33 @@ from leasing.sweep.schedule import schedule_sweep
 
 # How long a stopping sweep may take to finish its current batch.
 STOP_TIMEOUT = 30.0
+
+DJANGO_Q_SETUP = (
+    "pip install 'django-leasing[schedule]', add \"django_q\" to INSTALLED_APPS "
+    "(a Q_CLUSTER setting configures it), run manage.py migrate, then run manage.py qcluster"
+)
+
+
+def require_django_q(using: str) -> None:
+    """One line saying what to add when django-q2 is missing, not installed or not migrated."""
+    if importlib.util.find_spec("django_q") is None:
+        raise CommandError(f"--schedule needs django-q2, which is not installed: {DJANGO_Q_SETUP}.")
+    if not apps.is_installed("django_q"):
+        raise CommandError(f"--schedule needs django_q in INSTALLED_APPS: {DJANGO_Q_SETUP}.")
+    from django_q.models import Schedule
+
+    if using not in connections:
+        raise CommandError(f"--database {using!r} is not in settings.DATABASES.")
+    try:
+        with connections[using].cursor() as cursor:
+            tables = connections[using].introspection.table_names(cursor)
+    except DatabaseError as exc:
+        raise CommandError(f"cannot reach database {using!r}: {exc}".splitlines()[0]) from exc
+    if Schedule._meta.db_table not in tables:
+        raise CommandError(
+            f"--schedule needs django-q2's tables, which database {using!r} lacks: "
+            f"run manage.py migrate{'' if using == 'default' else f' --database {using}'}."
+        )
 
 
 class Command(LeasingCommand):
@@ -81,11 +111,16 @@ class Command(LeasingCommand):
         parser.add_argument("--database", default="default", help="Database alias to sweep.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with self.default_logging(options["verbosity"]):
+            self._run(options)
+
+    def _run(self, options: dict[str, Any]) -> None:
         self.verbosity = options["verbosity"]
         # Bad options are reported (in one line) before anything else is said.
         if options["schedule"] and options["once"]:
             raise CommandError("--schedule and --once cannot be combined.")
         if options["schedule"]:
+            require_django_q(options["database"])
             self.run_leasing_checks()
             self._schedule(options)
             return
@@ -114,6 +149,8 @@ class Command(LeasingCommand):
         lock = threading.Lock()
 
         def emit(stats: RecoveryStats) -> None:
+            if not as_json and self.verbosity == 0:
+                return
             line = json.dumps(stats.as_dict(), sort_keys=True) if as_json else describe(stats)
             with lock:
                 self.stdout.write(line)

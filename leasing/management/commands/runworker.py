@@ -94,6 +94,10 @@ class Command(LeasingCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with self.default_logging(options["verbosity"]):
+            self._run(options)
+
+    def _run(self, options: dict[str, Any]) -> None:
         try:
             worker = WorkerRuntime(
                 WorkerOptions(

@@ -290,7 +290,7 @@ class _Seeder:
                 updated_at=self.now,
             )
         elif status == WorkItemStatus.EXPIRED:
-            # The schema allows `expired` (SPEC §3.1) though no service sets it;
+            # The schema allows `expired` though no service sets it;
             # the row is crafted from a claimed one so the dashboard can count it.
             lease_spec = spec.get("lease") or {}
             self._claim(manager, task_id, key, item.pk)
