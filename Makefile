@@ -20,8 +20,8 @@ BENCH_ARGS ?=
 # Browser tests use Debian's Chromium; Playwright must never fetch its own.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: venv venv-django60 lint test test-sqlite test-postgres test-django60 new-user demo \
-	bench bench-dashboard clean
+.PHONY: venv venv-django60 lint test test-sqlite test-postgres test-django60 new-user test-ha \
+	ha-capacity demo bench bench-dashboard clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.12 or newer is needed (with pyenv, the .python-version file selects 3.12)." >&2; exit 1; }
@@ -74,6 +74,19 @@ test: lint
 	$(MAKE) --no-print-directory test-sqlite
 	$(MAKE) --no-print-directory test-postgres
 	@if [ "$(TEST_DJANGO60)" = 1 ]; then $(MAKE) --no-print-directory test-django60; fi
+
+# Failover, a transaction pooler, network partitions and a read replica, on
+# throwaway clusters, pgbouncer and network namespaces this machine makes and
+# removes (needs root and Debian's PostgreSQL packages); about 8 minutes.
+test-ha: venv
+	@./scripts/ha/ensure-packages.sh
+	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
+	LEASING_HA_TESTS=1 DATABASE_URL=$(DATABASE_URL) $(PY) -m pytest tests/ha -m ha $(PYTEST_ARGS)
+
+# Throughput against worker processes 1..32 through pgbouncer (BENCHMARKS.md).
+ha-capacity: venv
+	@./scripts/ha/ensure-packages.sh
+	$(PY) scripts/ha/capacity.py $(BENCH_ARGS)
 
 # Everything on the embedded SQLite database: data, a worker pass, then the
 # dashboard, a worker and the sweep (Ctrl-C stops them).

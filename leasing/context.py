@@ -117,8 +117,13 @@ class WorkContext:
         fn: Callable[[], Any],
         *,
         ttl: timedelta | None = None,
+        atomic: bool = False,
     ) -> Any:
-        """Run a side effect at most once per idempotency key, under this lease's fence."""
+        """Run a side effect at most once per idempotency key, under this lease's fence.
+
+        `atomic=True` runs `fn` in the transaction that records its response (for
+        effects in the same database: both commit, or neither).
+        """
         self._ensure_held()
         try:
             return run_once(
@@ -129,6 +134,7 @@ class WorkContext:
                 work_item=self.lease.work_item_id,
                 ttl=ttl,
                 lease=self.lease,
+                atomic=atomic,
                 using=self.using,
             )
         except LeaseLostError as exc:

@@ -23,7 +23,7 @@ from leasing.exceptions import (
     PayloadNotSerializable,
     WorkItemNotFound,
 )
-from leasing.models import IdempotencyKey, WorkItem
+from leasing.models import IdempotencyKey, Worker, WorkItem
 from leasing.services.idempotency import request_hash, run_once
 from leasing.sql.runner import database_now
 from leasing.sweep import RecoverySweep
@@ -338,3 +338,61 @@ def test_run_once_refuses_to_run_inside_a_transaction(db):
         run_once("k", {}, effect)
     assert effect.calls == 0
     assert all_keys() == []
+
+
+# --- atomic: the effect and its record commit together ------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_effect_commits_with_its_record():
+    from leasing.services.processes import register
+
+    def effect():
+        register("effect-row", heartbeat_interval=1.0)  # a row in the same database
+        return {"done": True}
+
+    assert run_once("atomic-1", {"n": 1}, effect, atomic=True) == {"done": True}
+    assert Worker.objects.filter(pk="effect-row").exists()
+    assert IdempotencyKey.objects.get(pk="atomic-1").status == "completed"
+    # The second call replays the record and runs nothing.
+    assert run_once("atomic-1", {"n": 1}, lambda: pytest.fail("ran twice"), atomic=True) == {
+        "done": True
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_effect_that_fails_is_rolled_back_with_nothing_recorded_as_done():
+    from leasing.services.processes import register
+
+    def effect():
+        register("half-done", heartbeat_interval=1.0)
+        raise RuntimeError("the process dies here")
+
+    with pytest.raises(RuntimeError):
+        run_once("atomic-2", {"n": 2}, effect, atomic=True)
+    assert not Worker.objects.filter(pk="half-done").exists()
+    assert IdempotencyKey.objects.get(pk="atomic-2").status == "failed"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_effect_whose_key_was_taken_over_meanwhile_is_rolled_back():
+    import psycopg
+
+    from leasing.exceptions import IdempotencyInProgress
+    from leasing.services.processes import register
+    from tests.conftest import database_url
+
+    def effect():
+        register("overtaken", heartbeat_interval=1.0)
+        # Another run takes the key over (a new claim) while this effect runs.
+        with psycopg.connect(database_url(), autocommit=True) as other:
+            other.execute(
+                "UPDATE idempotency_keys SET created_at = created_at + interval '1 second' "
+                "WHERE idempotency_key = 'atomic-3'"
+            )
+        return {"done": True}
+
+    with pytest.raises(IdempotencyInProgress, match="rolled back"):
+        run_once("atomic-3", {"n": 3}, effect, atomic=True)
+    assert not Worker.objects.filter(pk="overtaken").exists()

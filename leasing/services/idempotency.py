@@ -38,7 +38,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.transaction import TransactionManagementError
 
 from .. import validation
@@ -137,6 +137,7 @@ def run_once(
     *,
     wait_seconds: float = 0.0,
     lease: Lease | None = None,
+    atomic: bool = False,
     using: str = "default",
 ) -> Any:
     """Run `fn()` at most once per `key` and return its (stored) response.
@@ -152,6 +153,9 @@ def run_once(
     If `fn` raises, the key is marked `failed` (so a later call runs it again)
     and the exception propagates. With `lease`, claiming the key is fenced by
     it: a run whose lease moved on gets `LeaseLostError` and `fn` never runs.
+    With `atomic=True`, `fn` runs inside the transaction that records its
+    response: for effects in the same database, the effect and its record
+    commit together, so a crash in between can never run it twice.
     """
     key = validate_key(key)
     digest = request_hash(request)
@@ -172,6 +176,8 @@ def run_once(
         raise InvalidDuration(
             f"wait_seconds must be a finite, non-negative number, got {wait_seconds!r}."
         )
+    if not isinstance(atomic, bool):
+        raise InvalidInput(f"atomic must be True or False, got {atomic!r}.")
     _ensure_outside_transaction(using)
     if item_id is not None and not run(using, sql.item_exists(item_id)):
         raise WorkItemNotFound(item_id)
@@ -194,6 +200,8 @@ def run_once(
         return outcome.response
 
     ours = outcome  # the claimed row's created_at: our compare-and-swap token
+    if atomic:
+        return _run_atomically(claim, ours, fn)
     try:
         response = fn()
     except BaseException:
@@ -207,6 +215,28 @@ def run_once(
         claim.finish(ours, IdempotencyStatus.FAILED, None)
         raise
     claim.finish(ours, IdempotencyStatus.COMPLETED, encoded)
+    return None if encoded is None else json.loads(encoded)
+
+
+def _run_atomically(claim: _Claim, ours: Any, fn: Callable[[], Any]) -> Any:
+    """Run `fn` and record its response in one transaction: both commit, or neither.
+
+    For effects written to the same database: if the database (or the
+    process) dies before the commit, the effect is rolled back with the
+    record, and the run that takes the key over runs it for the first time.
+    """
+    try:
+        with transaction.atomic(using=claim.using):
+            encoded = validation.payload("response", fn())
+            if not claim.finish(ours, IdempotencyStatus.COMPLETED, encoded):
+                # Taken over while fn ran: its effect must not stand beside the other run's.
+                raise IdempotencyInProgress(
+                    f"idempotency key {claim.key!r} was taken over while its effect ran; "
+                    "the effect was rolled back."
+                )
+    except BaseException:
+        claim.finish(ours, IdempotencyStatus.FAILED, None)
+        raise
     return None if encoded is None else json.loads(encoded)
 
 
@@ -280,8 +310,8 @@ class _Claim:
         taken = run_one(self.using, sql.take_over(self.d, self.spec, row["status"], row["claim"]))
         return None if taken is None else taken["claim"]
 
-    def finish(self, claim: Any, status: str, encoded: str | None) -> None:
-        """Store the outcome, if the key is still our pending claim."""
+    def finish(self, claim: Any, status: str, encoded: str | None) -> bool:
+        """Store the outcome, if the key is still our pending claim; True if it was."""
         try:
             rows = run(self.using, sql.finish(self.d, self.key, claim, status, encoded))
         except Exception:
@@ -289,7 +319,7 @@ class _Claim:
                 # Do not hide fn()'s own exception behind a bookkeeping error;
                 # the pending row is taken over once its owner is gone.
                 logger.exception("idempotency key %r: could not mark it failed", self.key)
-                return
+                return False
             raise
         if not rows:
             logger.warning(
@@ -298,6 +328,7 @@ class _Claim:
                 self.key,
                 status,
             )
+        return bool(rows)
 
 
 def delete_expired_keys(*, using: str = "default", batch_size: int = 1000) -> int:

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class HaAppConfig(AppConfig):
+    name = "tests.ha.app"
+    label = "leasing_ha"
