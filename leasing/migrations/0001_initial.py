@@ -88,7 +88,7 @@ class Migration(migrations.Migration):
                 ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
                 ('completed_at', models.DateTimeField(blank=True, null=True)),
                 ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('work_item', models.ForeignKey(blank=True, db_column='work_item_id', null=True, on_delete=django.db.models.deletion.DB_SET_NULL, related_name='idempotency_keys', to='leasing.workitem')),
+                ('work_item', models.ForeignKey(blank=True, db_column='work_item_id', null=True, on_delete=getattr(django.db.models.deletion, 'DB_SET_NULL', django.db.models.deletion.SET_NULL), related_name='idempotency_keys', to='leasing.workitem')),
             ],
             options={
                 'verbose_name': 'idempotency key',
@@ -108,7 +108,7 @@ class Migration(migrations.Migration):
                 ('snapshot_data', models.JSONField()),
                 ('metadata', models.JSONField(blank=True, null=True)),
                 ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('work_item', models.ForeignKey(blank=True, db_column='work_item_id', db_index=False, null=True, on_delete=django.db.models.deletion.DB_CASCADE, related_name='checkpoints', to='leasing.workitem')),
+                ('work_item', models.ForeignKey(blank=True, db_column='work_item_id', db_index=False, null=True, on_delete=getattr(django.db.models.deletion, 'DB_CASCADE', django.db.models.deletion.CASCADE), related_name='checkpoints', to='leasing.workitem')),
             ],
             options={
                 'db_table': 'checkpoints',

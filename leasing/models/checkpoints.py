@@ -11,7 +11,7 @@ from django.db.models.functions import Now
 from ..exceptions import CheckpointImmutable
 from ..ids import new_ulid
 from ..states import CheckpointType
-from .work_items import WorkItem, at_most_key_length
+from .work_items import DB_CASCADE, WorkItem, at_most_key_length
 
 
 class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
@@ -40,7 +40,7 @@ class Checkpoint(models.Model):
         WorkItem,
         null=True,
         blank=True,
-        on_delete=models.DB_CASCADE,
+        on_delete=DB_CASCADE,
         db_column="work_item_id",
         db_index=False,  # covered by checkpoints_item_seq_idx
         related_name="checkpoints",

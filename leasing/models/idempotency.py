@@ -9,7 +9,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from ..states import IdempotencyStatus
-from .work_items import WorkItem
+from .work_items import DB_SET_NULL, WorkItem
 
 
 class IdempotencyKeyQuerySet(models.QuerySet["IdempotencyKey"]):
@@ -29,7 +29,7 @@ class IdempotencyKey(models.Model):
         WorkItem,
         null=True,
         blank=True,
-        on_delete=models.DB_SET_NULL,
+        on_delete=DB_SET_NULL,
         db_column="work_item_id",
         related_name="idempotency_keys",
     )

@@ -21,6 +21,13 @@ def _seconds(value: float | None, default: float) -> timedelta:
     return timedelta(seconds=default if value is None else value)
 
 
+# The database itself cascades (or nulls) on delete, so purging items with
+# one DELETE statement takes their checkpoints along (Django 6.1); Django 6.0
+# has no such option, and purging deletes the dependent rows itself.
+DB_CASCADE = getattr(models, "DB_CASCADE", models.CASCADE)
+DB_SET_NULL = getattr(models, "DB_SET_NULL", models.SET_NULL)
+
+
 def at_most_key_length(column: str, table: str) -> models.CheckConstraint:
     """CHECK: a text key stays within `MAX_KEY_LENGTH` characters."""
     return models.CheckConstraint(

@@ -88,7 +88,13 @@ def purge_finished_items(
     deleted = batches = 0
     while True:
         with translate_db_errors(), transaction.atomic(using=using):
-            rows = run(using, sql.delete_finished(d, statuses, age, batch_size))
+            ids = [
+                row["work_item_id"]
+                for row in run(using, sql.pick_finished(d, statuses, age, batch_size))
+            ]
+            rows = []
+            for statement in sql.delete_items(d, ids) if ids else []:
+                rows = run(using, statement)
         batches += 1
         deleted += len(rows)
         if len(rows) < batch_size:

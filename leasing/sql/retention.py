@@ -19,12 +19,24 @@ def count_finished(d: Dialect, statuses: list[str], age_seconds: float) -> State
     return f"SELECT COUNT(*) AS n FROM work_items WHERE {where}", params
 
 
-def delete_finished(d: Dialect, statuses: list[str], age_seconds: float, limit: int) -> Statement:
+def pick_finished(d: Dialect, statuses: list[str], age_seconds: float, limit: int) -> Statement:
+    """Up to `limit` finished items older than the age (locked on PostgreSQL)."""
     where, params = _finished_before(d, statuses, age_seconds)
-    sql = f"""
-        DELETE FROM work_items WHERE work_item_id IN (
-            SELECT work_item_id FROM work_items WHERE {where} LIMIT %s
-        )
-        RETURNING work_item_id
-    """
+    lock = d.lock_skip_locked()
+    sql = f"SELECT work_item_id FROM work_items WHERE {where} LIMIT %s {lock}"
     return sql, [*params, limit]
+
+
+def delete_items(d: Dialect, item_ids: list[str]) -> list[Statement]:
+    """Delete these items and what depends on them: their checkpoints go, idempotency
+    keys stay (their cached responses outlive the item) and lose the link.
+
+    The dependent rows are handled here rather than by the foreign keys' ON
+    DELETE, which only Django 6.1 declares.
+    """
+    ids_sql, ids_params = d.in_list("work_item_id", item_ids)
+    return [
+        (f"DELETE FROM checkpoints WHERE {ids_sql}", ids_params),
+        (f"UPDATE idempotency_keys SET work_item_id = NULL WHERE {ids_sql}", ids_params),
+        (f"DELETE FROM work_items WHERE {ids_sql} RETURNING work_item_id", ids_params),
+    ]
