@@ -1,7 +1,7 @@
 """Prometheus metrics of the leasing tables, computed from the database at scrape time.
 
 `LeasingCollector` runs a handful of indexed queries (through
-`leasing.dashboard`) on every scrape, so every process serving the endpoint
+`leasing.console`) on every scrape, so every process serving the endpoint
 reports the same numbers: the truth is the database, not a process's memory.
 It is registered in its own `CollectorRegistry`, never in prometheus_client's
 global one, so importing the app adds nothing to another exporter.
@@ -9,7 +9,8 @@ global one, so importing the app adds nothing to another exporter.
 Metrics (all prefixed `leasing_`):
 
 =====================================  =======  =================================================
-`work_items{status}`                   gauge    items in each status (exact)
+`work_items{status}`                   gauge    items in each status (exact): pending,
+                                                in_progress, completed, failed
 `active_leases`                        gauge    in-progress items (first SPEC §13 query)
 `stale_leases`                         gauge    in-progress items whose heartbeat is older than
                                                 STALE_HEARTBEAT (second column of that query)
@@ -46,7 +47,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import dashboard
+from .console.backlog import backlog
+from .console.census import item_census
+from .console.leases import lease_health
+from .console.processes import process_counters, processes_by_state, sweep_health
 from .models import LeaseHealth, WorkerRole, WorkerStatus
 
 PREFIX = "leasing"
@@ -64,12 +68,12 @@ class LeasingCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         using = self.using
-        census = dashboard.item_census(using=using)
-        health = dashboard.lease_health(using=using)
-        backlog = dashboard.backlog(using=using)
-        sweep = dashboard.sweep_health(using=using)
-        counters = dashboard.process_counters(using=using)
-        processes = dashboard.processes_by_state(using=using)
+        census = item_census(using=using)
+        health = lease_health(using=using)
+        pending = backlog(using=using)
+        sweep = sweep_health(using=using)
+        counters = process_counters(using=using)
+        processes = processes_by_state(using=using)
 
         families = self._families()
         work_items = families["work_items"]
@@ -82,8 +86,8 @@ class LeasingCollector(Collector):
         leases.add_metric([LeaseHealth.STALE], health.stale_live)
         leases.add_metric([LeaseHealth.EXPIRED], health.expired)
         families["leases_without_progress"].add_metric([], health.no_progress)
-        families["pending_deferred"].add_metric([], backlog.deferred)
-        families["oldest_pending_age_seconds"].add_metric([], backlog.oldest_age_seconds or 0.0)
+        families["pending_deferred"].add_metric([], pending.deferred)
+        families["oldest_pending_age_seconds"].add_metric([], pending.oldest_age_seconds or 0.0)
         families["claims"].add_metric([], census.claims_total)
         families["completions"].add_metric([], census.statuses.completed)
         families["failures"].add_metric([], counters.items_failed)

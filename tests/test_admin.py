@@ -13,7 +13,7 @@ import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import Client
 
-from leasing.admin import EstimatedCountPaginator
+from leasing.admin.paginator import EstimatedCountPaginator
 from leasing.db import database_now
 from leasing.exceptions import LeaseLostError
 from leasing.lease import LeaseManager
@@ -607,7 +607,7 @@ def test_select_all_acts_on_the_whole_filtered_list_within_a_limit(
     fields = form_fields(page.content.decode(), "leasing-operator-form")
     assert sorted(fields["_selected_action"]) == sorted(stale)
 
-    monkeypatch.setattr("leasing.admin.OPERATOR_ACTION_LIMIT", 2)
+    monkeypatch.setattr("leasing.admin.actions.OPERATOR_ACTION_LIMIT", 2)
     refused = operator_client.post(changelist_url("lease_health=stale"), select_all, follow=True)
     assert "Select at most 2 work items per action; nothing was changed." in messages_of(refused)
     assert all(row(pk)["status"] == "in_progress" for pk in stale)

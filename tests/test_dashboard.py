@@ -10,8 +10,9 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from leasing import dashboard
+from leasing import console as dashboard
 from leasing.checkpoints import create_checkpoint
+from leasing.console import census
 from leasing.db import database_now
 from leasing.enqueue import enqueue
 from leasing.lease import LeaseManager
@@ -138,7 +139,7 @@ def test_an_expensive_retry_distribution_is_reused_for_a_minute_and_labelled(mon
     assert dashboard.build_dashboard().retries.counts() == {0: 1, 1: 1}
 
     # On a large table (here: any cost counts as large) it is reused...
-    monkeypatch.setattr(dashboard, "RETRY_CACHE_MIN_MS", 0.0)
+    monkeypatch.setattr(census, "RETRY_CACHE_MIN_MS", 0.0)
     computed = dashboard.build_dashboard()
     assert computed.retries_as_of is None
     finish("c", retries=2)
@@ -150,7 +151,7 @@ def test_an_expensive_retry_distribution_is_reused_for_a_minute_and_labelled(mon
     # ...the rest of the page is live...
     assert reused.lease_health == dashboard.lease_health()
     # ...and switching the cache off recomputes.
-    monkeypatch.setattr(dashboard, "RETRY_CACHE_SECONDS", 0)
+    monkeypatch.setattr(census, "RETRY_CACHE_SECONDS", 0)
     live = dashboard.build_dashboard()
     assert live.retries.counts() == {0: 1, 1: 1, 2: 1} and live.retries_as_of is None
 

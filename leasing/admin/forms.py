@@ -1,7 +1,7 @@
 """Forms of the admin pages: the operator-action confirmation and the dashboard controls.
 
 Malformed input never reaches a service: a form error is shown and no row
-changes (SPEC §14).
+changes.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 from django import forms
 from django.utils.dateparse import parse_datetime
 
-from .dashboard import THROUGHPUT_WINDOWS
-from .models import WorkItem
+from ..console.backlog import THROUGHPUT_WINDOWS
+from ..models import WorkItem
 
 BIGINT_MAX = 2**63 - 1
 
@@ -80,7 +80,7 @@ class OperatorActionForm(forms.Form):
                 self.add_error(name, f"The last heartbeat of {item.pk} is missing.")
                 continue
             raw = cleaned.get(name) or ""
-            if raw and parse_datetime(raw) is None:
+            if raw and _parse(raw) is None:
                 self.add_error(name, f"The last heartbeat of {item.pk} is not a date and time.")
         return cleaned
 
@@ -105,9 +105,17 @@ class OperatorActionForm(forms.Form):
             raw = self.cleaned_data.get(self.heartbeat_field_name(item.pk)) or ""
             result[item.pk] = (
                 self.cleaned_data[self.token_field_name(item.pk)],
-                parse_datetime(raw) if raw else None,
+                _parse(raw) if raw else None,
             )
         return result
+
+
+def _parse(raw: str) -> datetime | None:
+    """An ISO date and time; None when malformed or out of range (`2024-13-45T00:00`)."""
+    try:
+        return parse_datetime(raw)
+    except ValueError:
+        return None
 
 
 def _iso(value: datetime | None) -> str:
