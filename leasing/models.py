@@ -224,11 +224,18 @@ class WorkItem(models.Model):
             # first (its tie-breaker is the primary key) and bounds its date
             # hierarchy with MIN/MAX(created_at).
             models.Index(fields=["-created_at", "-work_item_id"], name="work_items_created_idx"),
-            # Throughput over time: finished items by completion time, index-only.
+            # Throughput over time, and the queue table's finished counts and run
+            # times in a window: finished items by completion time, index-only.
             models.Index(
-                fields=["completed_at", "status"],
-                name="work_items_completed_idx",
+                fields=["completed_at", "status", "queue_name", "work_type", "lease_acquired_at"],
+                name="work_items_finished_idx",
                 condition=Q(completed_at__isnull=False),
+            ),
+            # The queue table's pending counts per queue and work type, index-only.
+            models.Index(
+                fields=["queue_name", "work_type", "created_at", "run_after"],
+                name="work_items_pending_queue_idx",
+                condition=Q(status=WorkItemStatus.PENDING),
             ),
             # Items by status, the retry distribution (SPEC §13) and the claims
             # counter (SUM(lease_token)) in one index-only scan. Deliberately

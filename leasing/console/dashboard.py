@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ..db import database_now
 from .backlog import Backlog, Throughput, backlog, throughput
 from .census import RetryDistribution, StatusCounts, cached_retry_distribution
 from .leases import LeaseHealthSummary, lease_health
 from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
+from .queues import QueueRow, queue_table
 from .timeline import CheckpointEntry, recent_recoveries
 
 
@@ -22,6 +23,7 @@ class Dashboard:
     retries: RetryDistribution
     retries_as_of: datetime | None  # None: computed for this page
     throughput: Throughput
+    queues: tuple[QueueRow, ...]
     sweep: SweepHealth
     workers: tuple[ProcessInfo, ...]
     orphan_holders: tuple[HolderLeases, ...]
@@ -36,7 +38,7 @@ def build_dashboard(
     recoveries: int = 10,
     using: str = "default",
 ) -> Dashboard:
-    """Compute every figure of the dashboard (nine indexed queries).
+    """Compute every figure of the dashboard (twelve indexed queries).
 
     Items by status are assembled from queries the page needs anyway: pending
     from the backlog, in progress from lease health, completed and failed
@@ -62,6 +64,12 @@ def build_dashboard(
         retries=retries,
         retries_as_of=retries_as_of,
         throughput=throughput(window_minutes=window_minutes, now=now, using=using),
+        queues=queue_table(
+            window_start=now - timedelta(minutes=window_minutes),
+            now=now,
+            workers=workers,
+            using=using,
+        ),
         sweep=sweep_health(now=now, using=using),
         workers=workers,
         orphan_holders=orphans,

@@ -14,6 +14,7 @@ from ..conf import get_settings
 from ..db import database_now
 from ..models import Worker, WorkerRole, WorkItem
 from .durations import age, duration
+from .liveness import Liveness, liveness
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ class ProcessInfo:
     seconds_since_seen: float
     concurrency: int
     work_types: tuple[str, ...]
+    queues: tuple[str, ...]  # empty: every queue
+    liveness: Liveness
     items_completed: int
     items_failed: int
     scans: int
@@ -42,7 +45,12 @@ class ProcessInfo:
     lease_ids: tuple[str, ...] = ()
 
 
+def _strings(listed: Any) -> tuple[str, ...]:
+    return tuple(v for v in (listed or ()) if isinstance(v, str))
+
+
 def _process(row: Worker, now: datetime, **extra: Any) -> ProcessInfo:
+    seen = age(now, row.last_seen_at) or 0.0
     return ProcessInfo(
         worker_id=row.worker_id,
         role=row.role,
@@ -51,9 +59,11 @@ def _process(row: Worker, now: datetime, **extra: Any) -> ProcessInfo:
         pid=row.pid,
         started_at=row.started_at,
         last_seen_at=row.last_seen_at,
-        seconds_since_seen=age(now, row.last_seen_at) or 0.0,
+        seconds_since_seen=seen,
         concurrency=row.concurrency,
-        work_types=tuple(str(t) for t in (row.work_types or ())),
+        work_types=_strings(row.work_types),
+        queues=_strings(row.queues),
+        liveness=liveness(row, seen),
         items_completed=row.items_completed,
         items_failed=row.items_failed,
         scans=row.scans,
@@ -199,6 +209,8 @@ def live_workers(
         )
         for holder, row in sorted(per_holder.items())
     )
+    # Problem rows first: silent workers, then the others in host order.
+    workers.sort(key=lambda w: not w.liveness.silent)
     return tuple(workers), orphans
 
 

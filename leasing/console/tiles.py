@@ -27,7 +27,17 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
     expired_level = "ok"
     if health.expired:
         expired_level = "warn" if data.sweep.ok else "bad"
+    unserved = [r for r in data.queues if r.unserved]
     return [
+        Tile(
+            "Unserved work",
+            f"{len(unserved):,}",
+            "queue and work type pairs with pending items and no live worker to take them"
+            if unserved
+            else "every pending work type has a live worker",
+            "bad" if unserved else "ok",
+            "#leasing-queues",
+        ),
         Tile(
             "Active leases",
             f"{health.active:,}",
