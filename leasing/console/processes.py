@@ -14,7 +14,7 @@ from ..conf import get_settings
 from ..db import database_now
 from ..models import Worker, WorkerRole, WorkItem
 from .durations import age, duration
-from .liveness import Liveness, liveness
+from .liveness import SILENT_AFTER, Liveness, liveness
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +83,10 @@ class SweepHealth:
     """When the recovery sweep last ran, and whether that is too long ago.
 
     `ok` is False when no sweeper has ever recorded a scan, or the newest scan
-    is older than two sweep intervals (the threshold after which the sweep
-    itself marks a process lost): a dead watchdog must be visible.
+    is older than `SILENT_AFTER` intervals of the sweeper that made it (its
+    own interval, not the configured one): a dead watchdog must be visible,
+    and the sweeper rows say the same (a running sweeper not seen for that
+    long is silent).
     """
 
     sweepers: tuple[ProcessInfo, ...]
@@ -98,34 +100,39 @@ class SweepHealth:
 
 def sweep_health(*, now: datetime | None = None, using: str = "default") -> SweepHealth:
     now = now or database_now(using)
-    interval = get_settings().sweep_interval
-    threshold = 2 * interval
     rows = list(
         Worker.objects.using(using)
         .sweepers()
         .order_by(F("last_scan_at").desc(nulls_last=True), "-last_seen_at")[:20]
     )
-    sweepers = tuple(_process(r, now) for r in rows)
-    last = max((s.last_scan_at for s in sweepers if s.last_scan_at), default=None)
-    since = age(now, last)
-    if last is None:
+    sweepers = sorted((_process(r, now) for r in rows), key=lambda s: not s.liveness.silent)
+    scanned = [s for s in sweepers if s.last_scan_at is not None]
+    freshest = max(scanned, key=lambda s: s.last_scan_at) if scanned else None
+    if freshest is None:
+        interval = get_settings().sweep_interval
+        since = None
+    else:
+        interval = freshest.liveness.interval_seconds
+        since = freshest.seconds_since_scan
+    threshold = SILENT_AFTER * interval
+    if since is None:
         ok = False
         message = (
             "No recovery sweep has ever run: expired leases are not being recovered. "
             "Start `manage.py recoverysweep` (or schedule it with django-q2)."
         )
-    elif since is not None and since > threshold:
+    elif since > threshold:
         ok = False
         message = (
-            f"No recovery sweep for {duration(since)} (more than two sweep intervals of "
-            f"{duration(interval)}): the watchdog looks dead, expired leases pile up."
+            f"No recovery sweep for {duration(since)} (more than {SILENT_AFTER} of its "
+            f"{duration(interval)} intervals): the watchdog looks dead, expired leases pile up."
         )
     else:
         ok = True
-        message = f"Last sweep {duration(since or 0.0)} ago (interval {duration(interval)})."
+        message = f"Last sweep {duration(since)} ago (it runs every {duration(interval)})."
     return SweepHealth(
-        sweepers=sweepers,
-        last_scan_at=last,
+        sweepers=tuple(sweepers),
+        last_scan_at=None if freshest is None else freshest.last_scan_at,
         seconds_since_last_scan=since,
         interval_seconds=interval,
         threshold_seconds=threshold,
