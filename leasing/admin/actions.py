@@ -25,10 +25,11 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from .. import operations
 from ..exceptions import LeasingError, WorkItemNotFound
-from ..models import WorkItem, WorkItemStatus
-from . import display
-from .forms import OperatorActionForm
+from ..models import WorkItem
+from . import bulk, display
+from .forms import BulkActionForm, OperatorActionForm
 from .guards import refusal_message, unstorable_ids
+from .wording import ACTION_TEXT, APPLIES_TO
 
 if TYPE_CHECKING:
     from .options import WorkItemAdmin
@@ -39,34 +40,6 @@ OPERATOR_ACTION_LIMIT = 500
 OPERATOR_LOCATIONS = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 RETURN_FIELD = "_leasing_return_to"
 CONFIRM_FIELD = "_leasing_confirm"
-
-ACTION_TEXT = {
-    Action.FORCE_RELEASE: {
-        "verb": "Force-release",
-        "done": "force-released",
-        "explain": (
-            "Each lease is taken from its holder and the item goes back to pending "
-            "(not counted as a retry). The old holder's later renewals, checkpoints and "
-            "release are refused by the fence."
-        ),
-    },
-    Action.FORCE_FAIL: {
-        "verb": "Force-fail",
-        "done": "force-failed",
-        "explain": "Each pending or leased item is failed for good; its lease is cleared.",
-    },
-    Action.RETRY: {
-        "verb": "Retry",
-        "done": "sent back to pending",
-        "explain": "Each failed item goes back to pending with a fresh retry budget.",
-    },
-}
-# The statuses the confirmation page marks as "will change" (the service decides).
-APPLIES_TO = {
-    Action.FORCE_RELEASE: {WorkItemStatus.IN_PROGRESS},
-    Action.FORCE_FAIL: {WorkItemStatus.IN_PROGRESS, WorkItemStatus.PENDING},
-    Action.RETRY: {WorkItemStatus.FAILED},
-}
 
 
 def _admin_action(action: str, name: str, description: str, plural: str) -> Any:
@@ -123,14 +96,7 @@ def _selected_ids(
     modeladmin: WorkItemAdmin, request: HttpRequest, queryset: QuerySet[WorkItem], confirming: bool
 ) -> list[str] | None:
     """The ids to act on, or None (with a message) when the selection is refused."""
-    if not confirming and request.POST.get("select_across") in ("1", "True"):
-        # "Select all N": the change list's (filtered) queryset, bounded.
-        selected = list(
-            queryset.order_by().values_list("pk", flat=True)[: OPERATOR_ACTION_LIMIT + 1]
-        )
-    else:
-        # The confirmation page always posts the ids it showed.
-        selected = list(dict.fromkeys(request.POST.getlist(ACTION_CHECKBOX_NAME)))
+    selected = list(dict.fromkeys(request.POST.getlist(ACTION_CHECKBOX_NAME)))
     if unstorable_ids(selected):
         modeladmin.message_user(request, refusal_message("a selected id"), messages.ERROR)
         return None
@@ -155,6 +121,8 @@ def operator_action(
     """
     if not modeladmin.has_force_release_permission(request):
         raise PermissionDenied
+    if request.POST.get("select_across") in ("1", "True"):
+        return bulk_by_filter(modeladmin, request, queryset, action)
     confirming = request.POST.get(CONFIRM_FIELD) == "yes"
     selected = _selected_ids(modeladmin, request, queryset, confirming)
     if selected is None:
@@ -193,6 +161,57 @@ def operator_action(
         )
         form = OperatorActionForm(initial={"reason": request.POST.get("reason", "")}, items=items)
     return confirmation_page(modeladmin, request, action, form)
+
+
+# Query-string keys of the change list that are not filters.
+NOT_FILTERS = {"p", "o", "q", "all", "e", "_changelist_filters", "_to_field", "_popup"}
+
+
+def describe_filter(request: HttpRequest) -> str:
+    """The change list's filters in words: `work items with status__exact=failed, q=x`."""
+    parts = [f"{k}={v}" for k, v in request.GET.items() if k not in NOT_FILTERS - {"q"}]
+    return "work items with " + ", ".join(parts) if parts else "every work item"
+
+
+def bulk_by_filter(
+    modeladmin: WorkItemAdmin, request: HttpRequest, queryset: QuerySet[WorkItem], action: str
+) -> HttpResponse | None:
+    """ "Select all N": every item matching the change list's filters, up to the bulk limit."""
+    selection = bulk.select(queryset, describe_filter(request))
+    if request.POST.get(bulk.BULK_FIELD) == "yes":
+        form = BulkActionForm(request.POST)
+        if form.is_valid() and not selection.over_limit:
+            if form.cleaned_data["expected"] != selection.count:
+                modeladmin.message_user(
+                    request,
+                    f"{selection.count:,} items matched when you confirmed "
+                    f"({form.cleaned_data['expected']:,} when the page was shown).",
+                    messages.WARNING,
+                )
+            bulk.apply(
+                modeladmin,
+                request,
+                action=action,
+                selection=selection,
+                reason=form.cleaned_data["reason"],
+            )
+            return None
+    else:
+        form = BulkActionForm(initial={"expected": selection.count})
+    # Django dispatches an action only when a row is ticked: one id rides along.
+    hidden = {"action": ACTION_NAMES[action], "select_across": "1", "index": "0"}
+    if selection.ids:
+        hidden[ACTION_CHECKBOX_NAME] = selection.ids[0]
+    return bulk.confirmation_page(
+        modeladmin,
+        request,
+        action=action,
+        selection=selection,
+        form=form,
+        post_url=request.get_full_path(),
+        hidden=hidden,
+        cancel_url=request.get_full_path(),
+    )
 
 
 def confirmation_page(

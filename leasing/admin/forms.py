@@ -19,6 +19,28 @@ from ..models import WorkItem
 BIGINT_MAX = 2**63 - 1
 
 
+def reason_field() -> forms.CharField:
+    """The reason an operator gives for an action (recorded with it)."""
+    return forms.CharField(
+        label="Reason",
+        max_length=1000,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
+        help_text=(
+            "Required. Recorded with your user name in each item's state_transition "
+            "checkpoint and in the admin log."
+        ),
+        error_messages={"required": "Give a reason: it is recorded with the action."},
+    )
+
+
+class BulkActionForm(forms.Form):
+    """Confirm an action on every item matching a selection: a reason, and the count seen."""
+
+    reason = reason_field()
+    expected = forms.IntegerField(min_value=0, max_value=BIGINT_MAX, widget=forms.HiddenInput)
+
+
 class OperatorActionForm(forms.Form):
     """Confirm force-release, force-fail or retry for the selected work items.
 
@@ -32,17 +54,7 @@ class OperatorActionForm(forms.Form):
     TOKEN_PREFIX = "token-"
     HEARTBEAT_PREFIX = "heartbeat-"
 
-    reason = forms.CharField(
-        label="Reason",
-        max_length=1000,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
-        help_text=(
-            "Required. Recorded with your user name in the item's state_transition "
-            "checkpoint and in the admin log."
-        ),
-        error_messages={"required": "Give a reason: it is recorded with the action."},
-    )
+    reason = reason_field()
 
     def __init__(self, *args: Any, items: Iterable[WorkItem], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -124,6 +136,27 @@ def _iso(value: datetime | None) -> str:
 
 def _window_label(minutes: int) -> str:
     return f"{minutes // 60} h" if minutes >= 60 else f"{minutes} min"
+
+
+class ErrorsForm(forms.Form):
+    """The top errors page's window."""
+
+    WINDOWS = {60: "1 h", 1440: "24 h", 10080: "7 d"}
+    DEFAULT_WINDOW = 1440
+
+    window = forms.TypedChoiceField(
+        label="Failed in the last",
+        choices=list(WINDOWS.items()),
+        coerce=int,
+        required=False,
+        empty_value=DEFAULT_WINDOW,
+        initial=DEFAULT_WINDOW,
+    )
+
+    def minutes(self) -> int:
+        if not self.is_bound or not self.is_valid():
+            return self.DEFAULT_WINDOW
+        return self.cleaned_data["window"]
 
 
 class DashboardForm(forms.Form):

@@ -31,6 +31,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
 from ..console.durations import humanize_seconds
+from ..console.failures import item_failures
 from ..console.liveness import Liveness, liveness
 from ..models import Checkpoint, IdempotencyKey, Worker, WorkerStatus, WorkItem
 from . import actions, display, views
@@ -134,55 +135,35 @@ class WorkItemAdmin(ReadOnlyAdmin):
 
     # --- change view ---
 
+    fieldsets = (
+        (None, {"fields": ("work_item_id", "task_link", "work_type", "queue_name", "priority",
+                           "status_badge")}),
+        ("Lease", {"fields": ("lease_holder", "lease_token", "lease_acquired_at",
+                              "lease_expires_at", "lease_remaining", "heartbeat_at",
+                              "heartbeat_age", "progress_at", "last_progress")}),
+        ("Retries", {"fields": ("retries", "run_after", "error_message")}),
+        ("Times", {"fields": ("created_at", "started_at", "completed_at", "updated_at")}),
+    )  # fmt: skip
+    readonly_fields = (
+        "task_link",
+        "status_badge",
+        "lease_remaining",
+        "heartbeat_age",
+        "last_progress",
+        "retries",
+    )
+    payload_fields = ("input_payload", "output_payload")
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        fieldsets: list[Any] = [
-            (
-                None,
-                {
-                    "fields": (
-                        "work_item_id",
-                        "task_link",
-                        "work_type",
-                        "queue_name",
-                        "priority",
-                        "status_badge",
-                    )
-                },
-            ),
-            (
-                "Lease",
-                {
-                    "fields": (
-                        "lease_holder",
-                        "lease_token",
-                        "lease_acquired_at",
-                        "lease_expires_at",
-                        "lease_remaining",
-                        "heartbeat_at",
-                        "heartbeat_age",
-                        "progress_at",
-                        "last_progress",
-                    )
-                },
-            ),
-            ("Retries", {"fields": ("retries", "run_after", "error_message")}),
-            ("Times", {"fields": ("created_at", "started_at", "completed_at", "updated_at")}),
-        ]
+        fieldsets = list(self.fieldsets)
         if display.payloads_visible(request.user):
-            fieldsets.append(("Payload", {"fields": ("input_payload", "output_payload")}))
+            fieldsets.append(("Payload", {"fields": self.payload_fields}))
         return fieldsets
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        fields = (
-            "task_link",
-            "status_badge",
-            "lease_remaining",
-            "heartbeat_age",
-            "last_progress",
-            "retries",
-        )
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(self.readonly_fields)
         if display.payloads_visible(request.user):
-            fields += ("input_payload", "output_payload")
+            fields += self.payload_fields
         return fields
 
     input_payload = display.payload_column("input_data", "input data")
@@ -204,6 +185,12 @@ class WorkItemAdmin(ReadOnlyAdmin):
                 wrap(self.timeline_view),
                 name="{}_{}_timeline".format(*info),
             ),
+            path("errors/", wrap(self.errors_view), name="{}_{}_errors".format(*info)),
+            path(
+                "errors/retry/",
+                wrap(self.retry_group_view),
+                name="{}_{}_errors_retry".format(*info),
+            ),
             *super().get_urls(),
         ]
 
@@ -212,6 +199,27 @@ class WorkItemAdmin(ReadOnlyAdmin):
 
     def timeline_view(self, request: HttpRequest, task_id: str) -> HttpResponse:
         return views.timeline_view(request, task_id, model_admin=self)
+
+    def errors_view(self, request: HttpRequest) -> HttpResponse:
+        return views.errors_view(request, model_admin=self)
+
+    def retry_group_view(self, request: HttpRequest) -> HttpResponse:
+        return views.retry_group_view(request, model_admin=self)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: WorkItem | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            visible = display.payloads_visible(request.user)
+            context["payloads_visible"] = visible
+            context["failures"] = item_failures(obj, include_payloads=visible)
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
 
 # --- checkpoints, idempotency keys, workers ------------------------------------------------------

@@ -1,0 +1,34 @@
+"""How the admin names the operator actions and which statuses each applies to."""
+
+from __future__ import annotations
+
+from ..models import WorkItemStatus
+from ..operations import Action
+
+ACTION_TEXT = {
+    Action.FORCE_RELEASE: {
+        "verb": "Force-release",
+        "done": "force-released",
+        "explain": (
+            "Each lease is taken from its holder and the item goes back to pending "
+            "(not counted as a retry). The old holder's later renewals, checkpoints and "
+            "release are refused by the fence."
+        ),
+    },
+    Action.FORCE_FAIL: {
+        "verb": "Force-fail",
+        "done": "force-failed",
+        "explain": "Each pending or leased item is failed for good; its lease is cleared.",
+    },
+    Action.RETRY: {
+        "verb": "Retry",
+        "done": "sent back to pending",
+        "explain": "Each failed item goes back to pending with a fresh retry budget.",
+    },
+}
+# The statuses the confirmation page marks as "will change" (the service decides).
+APPLIES_TO = {
+    Action.FORCE_RELEASE: {WorkItemStatus.IN_PROGRESS},
+    Action.FORCE_FAIL: {WorkItemStatus.IN_PROGRESS, WorkItemStatus.PENDING},
+    Action.RETRY: {WorkItemStatus.FAILED},
+}
