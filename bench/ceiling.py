@@ -30,6 +30,7 @@ UPDATE work_items SET
     status = 'in_progress', lease_holder = %(holder)s, lease_token = lease_token + 1,
     lease_acquired_at = statement_timestamp(),
     lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
+    lease_deadline_at = statement_timestamp() + interval '4 hours',
     heartbeat_at = statement_timestamp(), progress_at = NULL,
     started_at = COALESCE(started_at, statement_timestamp()),
     updated_at = statement_timestamp()

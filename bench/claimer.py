@@ -7,7 +7,7 @@ Each iteration times one `LeaseManager.acquire_leases(batch, 300,
 work_type_filter=["bench.noop"])` call (the call `runworker --work-type
 bench.noop` makes) with `time.perf_counter_ns()`: the claim as the worker sees
 it, i.e. Python + driver + one round trip + the statement on the server. It
-then completes the claimed items with `complete_many` (untimed), as the worker
+then completes the claimed items in one batch (untimed), as the worker
 does, so the table churns the way it does under a real drain; `--think-ms`
 pauses after each completion, as a handler that takes that long would. The
 first claim is not timed (the benchmark holds a lock on work_items until every
@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.db import connection
 
-    from leasing.lease import LeaseManager
+    from leasing import LeaseManager
+    from leasing.services.completion import complete
 
     manager = LeaseManager(args.holder)
     connection.ensure_connection()
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(delay)
     # The first claim is not timed: it may wait on the benchmark's start gate.
     first = manager.acquire_leases(args.batch, 300, work_type_filter=[args.work_type])
-    manager.complete_many([(lease.work_item_id, None) for lease in first])
+    complete(manager, [(lease, None) for lease in first])
     durations_ns: list[int] = []
     claimed = len(first)
     for _ in range(args.count):
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         durations_ns.append(t1 - t0)
         claimed += len(leases)
-        manager.complete_many([(lease.work_item_id, None) for lease in leases])
+        complete(manager, [(lease, None) for lease in leases])
         if args.think_ms:
             time.sleep(args.think_ms / 1000)
     connection.close()

@@ -121,8 +121,8 @@ WITH params AS (
 )
 INSERT INTO work_items (
     work_item_id, task_id, work_type, status, priority, lease_holder, lease_token,
-    lease_acquired_at, lease_expires_at, heartbeat_at, progress_at, retry_count, max_retries,
-    run_after, queue_name, input_data, output_data, error_message,
+    lease_acquired_at, lease_expires_at, lease_deadline_at, heartbeat_at, progress_at,
+    retry_count, max_retries, run_after, queue_name, input_data, output_data, error_message,
     created_at, started_at, completed_at, updated_at
 )
 SELECT
@@ -138,6 +138,7 @@ SELECT
          WHEN lease_kind < 2 THEN statement_timestamp() - interval '30 seconds'
          WHEN lease_kind < 5 THEN statement_timestamp() + interval '10 minutes'
          ELSE statement_timestamp() + interval '15 minutes' END,
+    CASE WHEN status = 'in_progress' THEN statement_timestamp() + interval '4 hours' END,
     CASE WHEN status <> 'in_progress' THEN NULL
          WHEN lease_kind < 2 THEN statement_timestamp() - interval '330 seconds'
          WHEN lease_kind < 5 THEN statement_timestamp() - interval '200 seconds'

@@ -251,7 +251,7 @@ class Bench:
         self.sql(f"VACUUM (ANALYZE) {table}")
 
     def enqueue_noop(self, count: int, work_type: str = "bench.noop") -> float:
-        from leasing.enqueue import enqueue_many
+        from leasing import enqueue_many
 
         specs = [{"task_id": f"task-{i}", "work_type": work_type} for i in range(count)]
         start = time.perf_counter()
@@ -384,7 +384,7 @@ class Bench:
     # --- 3. enqueue ---------------------------------------------------------------------------
 
     def scenario_enqueue(self) -> dict[str, Any]:
-        from leasing.enqueue import enqueue_many
+        from leasing import enqueue_many
 
         n = self.sizes.enqueue_items
         self.reset()
@@ -623,7 +623,7 @@ class Bench:
         """EXPLAIN ANALYZE of the very claim statement acquire_leases sends (rolled back)."""
         from django.db import connection, transaction
 
-        from leasing.lease import LeaseManager
+        from leasing import LeaseManager
 
         captured: list[tuple[str, Any]] = []
 
@@ -699,7 +699,7 @@ class Bench:
         return running >= n and listening >= n
 
     def _pickup(self, n: int) -> dict[str, Any]:
-        from leasing.enqueue import enqueue
+        from leasing import enqueue
 
         self.reset()
         self.vacuum_analyze()
@@ -816,7 +816,7 @@ class Bench:
         }
 
     def _recovery_round(self, index: int) -> dict[str, Any]:
-        from leasing.enqueue import enqueue_many
+        from leasing import enqueue_many
 
         s = self.sizes
         k = s.recovery_items
@@ -925,9 +925,9 @@ class Bench:
             """
             INSERT INTO work_items (
                 work_item_id, task_id, work_type, status, priority, lease_holder, lease_token,
-                lease_acquired_at, lease_expires_at, heartbeat_at, retry_count, max_retries,
-                queue_name, input_data, output_data, created_at, started_at, completed_at,
-                updated_at)
+                lease_acquired_at, lease_expires_at, lease_deadline_at, heartbeat_at,
+                retry_count, max_retries, queue_name, input_data, output_data, created_at,
+                started_at, completed_at, updated_at)
             SELECT lpad(g::text, 26, '0'), 'task-' || g, 'bench.noop',
                    CASE WHEN g <= %(live)s THEN 'in_progress'
                         WHEN g <= %(live)s + %(pending)s THEN 'pending'
@@ -938,6 +938,7 @@ class Bench:
                    CASE WHEN g <= %(live)s + %(pending)s AND g > %(live)s THEN 0 ELSE 1 END,
                    CASE WHEN g <= %(live)s THEN now() END,
                    CASE WHEN g <= %(live)s THEN now() + interval '1 hour' END,
+                   CASE WHEN g <= %(live)s THEN now() + interval '4 hours' END,
                    CASE WHEN g <= %(live)s THEN now() END,
                    0, 3, 'default', '{"n": 1}'::jsonb, NULL,
                    now() - interval '1 day' + g * interval '1 ms',
@@ -960,7 +961,8 @@ class Bench:
                    lease_token = lease_token + 1, completed_at = NULL,
                    lease_acquired_at = now() - interval '10 minutes',
                    heartbeat_at = now() - interval '6 minutes',
-                   lease_expires_at = now() - interval '5 minutes' + random() * interval '1 minute'
+                   lease_expires_at = now() - interval '5 minutes' + random() * interval '1 minute',
+                   lease_deadline_at = now() + interval '4 hours'
             WHERE work_item_id IN (
                 SELECT work_item_id FROM work_items WHERE status = 'completed'
                 ORDER BY work_item_id DESC LIMIT %s)
@@ -1091,7 +1093,7 @@ class Bench:
         }
 
     def scenario_heartbeat(self) -> dict[str, Any]:
-        from leasing.lease import LeaseManager
+        from leasing import LeaseManager
 
         n = self.sizes.heartbeat_leases
         self.reset()

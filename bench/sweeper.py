@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.db import connection
 
-    from leasing.recovery import RecoverySweep
+    from leasing.sweep import RecoverySweep
 
     connection.ensure_connection()
     sweep = RecoverySweep(

@@ -7,7 +7,11 @@ class LeasingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Imported here, not at module level: both need the app registry ready.
         from . import checks  # noqa: F401  (registers the system checks)
         from .handlers import autodiscover
+        from .tasks import register_task_handler, uses_leasing_backend
 
         autodiscover()
+        if uses_leasing_backend():
+            register_task_handler()

@@ -54,10 +54,21 @@ class LeasingSettings:
     # Bad input (SPEC §14)
     max_payload_bytes: int = MIB
 
-    # Worker runtime (SPEC §11)
+    # The most a lease can live from its claim, whatever its renewals (per-type
+    # `max_lease_lifetime` and `timeout` handler options can lower it).
+    max_lease_lifetime: float = 4 * 3600.0
+
+    # Worker runtime
     poll_interval: float = 1.0
     shutdown_timeout: float = 30.0
     handlers: dict[str, Any] = field(default_factory=dict)
+    # Producer-only processes may enqueue work types they have no handler for.
+    allow_unregistered_types: bool = False
+    # Idle PostgreSQL workers wait for NOTIFY on a session connection of
+    # `listen_database` (default: the worker's own database). Behind a
+    # transaction pooler name a direct connection, or set LISTEN to False to poll.
+    listen: bool = True
+    listen_database: str | None = None
 
     # Metrics endpoint: a bearer token, or None for staff sessions only.
     metrics_token: str | None = None
@@ -75,6 +86,7 @@ _POSITIVE_NUMBERS = {
     "extender_extension",
     "poll_interval",
     "shutdown_timeout",
+    "max_lease_lifetime",
 }
 _POSITIVE_INTEGERS = {
     "heartbeat_max_failures",
@@ -104,7 +116,7 @@ def _check_value(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
             raise LeasingConfigurationError(f"{key} must be a number in [0, 1), got {value!r}.")
         return float(value)
-    if name == "extender_enabled":
+    if name in ("extender_enabled", "allow_unregistered_types", "listen"):
         if not isinstance(value, bool):
             raise LeasingConfigurationError(f"{key} must be True or False, got {value!r}.")
         return value
@@ -114,6 +126,10 @@ def _check_value(name: str, value: Any) -> Any:
                 f"{key} must be a dict of work type to handler, got {type(value).__name__}."
             )
         return dict(value)
+    if name == "listen_database":
+        if value is not None and (not isinstance(value, str) or not value):
+            raise LeasingConfigurationError(f"{key} must be a database alias or None.")
+        return value
     if name == "metrics_token":
         if value is not None and (not isinstance(value, str) or not value):
             raise LeasingConfigurationError(f"{key} must be a non-empty string or None.")

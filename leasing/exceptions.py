@@ -1,6 +1,6 @@
 """Every error the leasing app raises.
 
-`LeasingError` is the base of all of them. Bad input (SPEC §14) raises a
+`LeasingError` is the base of all of them. Bad input raises a
 subclass of `InvalidInput`, which is also a `ValueError`; configuration errors
 are `ImproperlyConfigured`; database failures are translated into
 `DatabaseUnavailable` with the original error chained (`raise ... from`).
@@ -19,7 +19,7 @@ class LeasingConfigurationError(LeasingError, ImproperlyConfigured):
     """`settings.LEASING` (or a handler registration) is invalid."""
 
 
-# --- bad input (SPEC §14) -------------------------------------------------------
+# --- bad input -------------------------------------------------------
 
 
 class InvalidInput(LeasingError, ValueError):
@@ -39,7 +39,7 @@ class InvalidStatus(InvalidInput):
 
 
 class InvalidCheckpointType(InvalidInput):
-    """A checkpoint type is not one of SPEC §3.2's types."""
+    """A checkpoint type is not one of the checkpoint types."""
 
 
 class PayloadNotSerializable(InvalidInput, TypeError):
@@ -99,8 +99,11 @@ class PermanentError(LeasingError):
     """Raised by a handler: fail the item now, do not retry."""
 
 
-class OperatorActionError(LeasingError):
-    """An operator action (force-release, force-fail, retry) could not be applied."""
+# --- processes -----------------------------------------------------------------------
+
+
+class ProcessIdInUse(LeasingError):
+    """A live process already uses this worker id."""
 
 
 # --- checkpoints ---------------------------------------------------------------------

@@ -21,23 +21,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from . import validation
-from .exceptions import (
-    InvalidInput,
-    LeaseLostError,
-    LeasingConfigurationError,
-    UnknownWorkType,
-)
+from .conf import get_settings
+from .exceptions import InvalidInput, LeasingConfigurationError, UnknownWorkType
 
-if TYPE_CHECKING:
-    from .heartbeat import Heartbeat
-    from .lease import Lease
-    from .models import Checkpoint
+if TYPE_CHECKING:  # the context is built by the worker, a layer above this registry
+    from .context import WorkContext
 
 HeartbeatMode = Literal["thread", "beat"]
 ExpiryPolicy = Literal["retry", "fail"]
@@ -51,8 +44,11 @@ class HandlerSpec:
 
     `lease_duration` and `heartbeat_interval` default to the worker's (and so to
     `LEASING`); `max_retries` is the default for items enqueued without one;
-    `on_lease_expired="fail"` makes the sweep fail an expired item instead of
-    retrying it, for work that must not run twice.
+    `on_lease_expired="fail"` makes an expired (or timed-out) item fail instead
+    of being retried, for work that must not run twice. `timeout` is the most
+    one run may take, in seconds; `max_lease_lifetime` overrides
+    `LEASING["MAX_LEASE_LIFETIME"]` for the type. A run is cut off at the
+    smaller of the two.
     """
 
     work_type: str
@@ -62,6 +58,13 @@ class HandlerSpec:
     heartbeat: HeartbeatMode = "thread"
     max_retries: int | None = None
     on_lease_expired: ExpiryPolicy = "retry"
+    timeout: float | None = None
+    max_lease_lifetime: float | None = None
+
+    def cap_seconds(self, default_lifetime: float) -> float:
+        """The most a lease of this type can live from its claim."""
+        lifetime = self.max_lease_lifetime or default_lifetime
+        return lifetime if self.timeout is None else min(self.timeout, lifetime)
 
     @property
     def dotted_path(self) -> str:
@@ -82,6 +85,8 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
         "heartbeat",
         "max_retries",
         "on_lease_expired",
+        "timeout",
+        "max_lease_lifetime",
     }
     if unknown:
         raise LeasingConfigurationError(
@@ -96,6 +101,11 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
             interval = validation.positive_seconds(f"{work_type}: heartbeat_interval", interval)
         if lease is not None and interval is not None:
             validation.heartbeat_below_lease(interval, lease)
+        timeout, lifetime = options.get("timeout"), options.get("max_lease_lifetime")
+        if timeout is not None:
+            timeout = validation.positive_seconds(f"{work_type}: timeout", timeout)
+        if lifetime is not None:
+            lifetime = validation.positive_seconds(f"{work_type}: max_lease_lifetime", lifetime)
         max_retries = options.get("max_retries")
         if max_retries is not None:
             max_retries = validation.integer(f"{work_type}: max_retries", max_retries, minimum=0)
@@ -119,6 +129,8 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
         heartbeat=mode,
         max_retries=max_retries,
         on_lease_expired=policy,
+        timeout=timeout,
+        max_lease_lifetime=lifetime,
     )
 
 
@@ -190,8 +202,6 @@ class HandlerRegistry:
         """Register the handlers listed in `LEASING["HANDLERS"]` (once)."""
         if self._settings_loaded and not force:
             return
-        from .conf import get_settings
-
         for work_type, entry in get_settings().handlers.items():
             if isinstance(entry, str):
                 path, options = entry, {}
@@ -227,6 +237,8 @@ def handler(
     heartbeat: HeartbeatMode = "thread",
     max_retries: int | None = None,
     on_lease_expired: ExpiryPolicy = "retry",
+    timeout: float | None = None,
+    max_lease_lifetime: float | None = None,
 ) -> Callable[[Callable[[WorkContext], Any]], Callable[[WorkContext], Any]]:
     """Register the decorated function as the handler of `work_type`."""
 
@@ -239,6 +251,8 @@ def handler(
             heartbeat=heartbeat,
             max_retries=max_retries,
             on_lease_expired=on_lease_expired,
+            timeout=timeout,
+            max_lease_lifetime=max_lease_lifetime,
         )
         return func
 
@@ -246,124 +260,6 @@ def handler(
 
 
 def autodiscover() -> None:
-    """Import `handlers` of every installed app, then `LEASING["HANDLERS"]`.
-
-    When a `TASKS` backend is `leasing.tasks.LeasingBackend`, the handler that
-    runs Django `@task` functions is registered too.
-    """
-    from .tasks import register_task_handler, uses_leasing_backend
-
+    """Import `handlers` of every installed app; `LEASING["HANDLERS"]` loads on first use."""
     autodiscover_modules("handlers")
-    if uses_leasing_backend():
-        register_task_handler()
     registry.reset_settings()
-
-
-class WorkContext:
-    """What a handler gets: its lease, its input and fenced ways to record progress.
-
-    Once the worker learns the lease is lost (`lease_lost`), every write made
-    through the context raises `LeaseLostError` without touching the database:
-    the item belongs to someone else now.
-    """
-
-    def __init__(
-        self,
-        lease: Lease,
-        heartbeat: Heartbeat,
-        *,
-        using: str = "default",
-    ) -> None:
-        self.lease = lease
-        self.heartbeat = heartbeat
-        self.using = using
-        self._lost = threading.Event()
-        self._lost_reason = ""
-
-    @property
-    def input(self) -> Any:
-        return self.lease.input_data
-
-    @property
-    def worker_id(self) -> str:
-        return self.lease.worker_id
-
-    @property
-    def attempt(self) -> int:
-        """1 for the first run, 2 for the first retry, ..."""
-        return self.lease.retry_count + 1
-
-    @property
-    def lease_lost(self) -> bool:
-        return self._lost.is_set()
-
-    @property
-    def lease_lost_reason(self) -> str:
-        return self._lost_reason
-
-    def mark_lease_lost(self, reason: str) -> None:
-        if not self._lost.is_set():
-            self._lost_reason = reason
-            self._lost.set()
-
-    def wait_lease_lost(self, timeout: float | None = None) -> bool:
-        """Block until the lease is lost or `timeout` passes; True if lost."""
-        return self._lost.wait(timeout)
-
-    def _ensure_held(self) -> None:
-        if self._lost.is_set():
-            raise LeaseLostError(
-                f"The lease on work item {self.lease.work_item_id!r} was lost "
-                f"({self._lost_reason}); this write was refused."
-            )
-
-    def beat(self) -> None:
-        """Record proof of progress (and, in `beat` mode, keep the lease alive)."""
-        self.heartbeat.beat()
-
-    def checkpoint(
-        self, checkpoint_type: str, snapshot: Any, metadata: dict[str, Any] | None = None
-    ) -> Checkpoint:
-        """Append a checkpoint for this task, fenced by the lease token."""
-        from .checkpoints import create_checkpoint
-
-        self._ensure_held()
-        try:
-            return create_checkpoint(
-                self.lease.task_id,
-                checkpoint_type,
-                snapshot,
-                metadata=metadata,
-                lease=self.lease,
-                using=self.using,
-            )
-        except LeaseLostError as exc:
-            self.mark_lease_lost(str(exc))
-            raise
-
-    def resume_state(self) -> Any:
-        """The last `iteration_end` snapshot of this task, or None."""
-        from .checkpoints import resume_state
-
-        return resume_state(self.lease.task_id, using=self.using)
-
-    def run_once(
-        self,
-        key: str,
-        request: Any,
-        fn: Callable[[], Any],
-        *,
-        ttl: timedelta | None = None,
-    ) -> Any:
-        """Run a side effect at most once per idempotency key (SPEC §10)."""
-        from .idempotency import run_once
-
-        self._ensure_held()
-        kwargs: dict[str, Any] = {
-            "task_id": self.lease.task_id,
-            "work_item": self.lease.work_item_id,
-            "using": self.using,
-        }
-        if ttl is not None:
-            kwargs["ttl"] = ttl
-        return run_once(key, request, fn, **kwargs)

@@ -1,4 +1,4 @@
-"""Heartbeats: keeping leases alive while work runs (SPEC §7).
+"""Heartbeats: keeping leases alive while work runs .
 
 Two ways to keep a lease:
 
@@ -12,9 +12,9 @@ Two ways to keep a lease:
   its lease runs out, so a stuck worker is recovered and a slow but working
   one is not.
 
-`LeaseRenewer` is what the worker runtime uses in `thread` mode: one thread per
-worker process renewing all of that worker's leases in one statement per
-interval, instead of a thread and a connection per item.
+The worker runtime renews its `thread`-mode leases with one thread per process
+(`leasing.worker.renewer`), in one statement per interval, instead of a thread
+and a connection per item.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from . import validation
 from .conf import get_settings
@@ -37,23 +36,18 @@ from .exceptions import (
     LeaseConflictError,
     LeaseExpiredError,
 )
-
-if TYPE_CHECKING:
-    from .lease import Lease, LeaseManager
+from .services.held import Lease
+from .services.leases import LeaseManager
+from .sql.runner import close_connection
+from .threads import IntervalThread
 
 logger = logging.getLogger(__name__)
 
 LeaseLostCallback = Callable[[str, BaseException], None]
 
 
-def _close_thread_connection(using: str) -> None:
-    # Django connections are per thread: this closes this thread's own.
-    with contextlib.suppress(Exception):
-        connections[using].close()
-
-
-class HeartbeatThread:
-    """Renew one lease every `interval_seconds` on a daemon thread (SPEC §7.1).
+class HeartbeatThread(IntervalThread):
+    """Renew one lease every `interval_seconds` on a daemon thread .
 
     The thread uses its own database connection and closes it when it ends.
     On `LeaseExpiredError` / `LeaseConflictError`, or after `max_failures`
@@ -85,33 +79,12 @@ class HeartbeatThread:
         self.renewals = 0
         self.consecutive_failures = 0
         self.lost_error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> HeartbeatThread:
-        if self._thread is not None:
-            raise RuntimeError("HeartbeatThread can only be started once.")
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-{self.work_item_id}", daemon=True
+        super().__init__(
+            name=f"heartbeat-{self.work_item_id}", interval=self.interval, using=lease_manager.using
         )
-        self._thread.start()
-        return self
 
-    def stop(self, wait: bool = True, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if wait and self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def is_running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.interval):
-                if self._renew_once():
-                    return
-        finally:
-            _close_thread_connection(self.lease_manager.using)
+    def tick(self) -> bool:
+        return self._renew_once()
 
     def _renew_once(self) -> bool:
         """Renew; True when the thread must stop because the lease is lost."""
@@ -133,7 +106,7 @@ class HeartbeatThread:
                 exc,
             )
             # A broken connection must not be reused for the next attempt.
-            _close_thread_connection(self.lease_manager.using)
+            close_connection(self.lease_manager.using)
             if self.consecutive_failures >= self.max_failures:
                 self._lose(exc)
                 return True
@@ -237,7 +210,7 @@ class LeaseExtenderConfig:
 
 
 class LeaseExtender:
-    """Extends a lease when its handler beats, at most once per interval (SPEC §7.2).
+    """Extends a lease when its handler beats, at most once per interval .
 
         extender = LeaseExtender(LeaseExtenderConfig(interval=60, extension=300))
         with extender.attach(lease, heartbeat):
@@ -265,8 +238,6 @@ class LeaseExtender:
 
     @contextlib.contextmanager
     def attach(self, lease: Lease, heartbeat: Heartbeat) -> Iterator[LeaseExtender]:
-        from .lease import LeaseManager
-
         manager = LeaseManager(lease.worker_id, using=self.using)
         previous = heartbeat.on_beat
         # The claim itself is the first "extension": the interval runs from now.
@@ -310,103 +281,7 @@ class LeaseExtender:
         except (DatabaseUnavailable, DatabaseError) as exc:
             # Transient: the next beat after the interval tries again.
             logger.warning("lease extension for %s failed: %s", lease.work_item_id, exc)
-            _close_thread_connection(self.using)
+            close_connection(self.using)
             return
         with self._lock:
             self.extensions += 1
-
-
-class LeaseRenewer:
-    """One thread per worker process renewing every `thread`-mode lease it holds.
-
-    Each interval it renews all of them with one statement per lease duration
-    (`LeaseManager.renew_leases`), records handlers' progress as `progress_at`,
-    and calls `on_tick()` (the worker refreshes its `workers` row there). Leases
-    the database no longer shows as held are reported through `on_lease_lost`;
-    after `max_failures` consecutive failed rounds every lease is reported lost,
-    as its holder can no longer prove it is alive.
-    """
-
-    def __init__(
-        self,
-        lease_manager: LeaseManager,
-        *,
-        interval_seconds: float,
-        tracked: Callable[[], dict[str, tuple[float, Heartbeat | None]]],
-        on_lease_lost: LeaseLostCallback,
-        on_tick: Callable[[], None] | None = None,
-        max_failures: int = 3,
-    ) -> None:
-        self.lease_manager = lease_manager
-        self.interval = validation.positive_seconds("interval_seconds", interval_seconds)
-        self.tracked = tracked
-        self.on_lease_lost = on_lease_lost
-        self.on_tick = on_tick
-        self.max_failures = validation.integer("max_failures", max_failures, minimum=1)
-        self.consecutive_failures = 0
-        self.rounds = 0
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> LeaseRenewer:
-        self._thread = threading.Thread(target=self._run, name="lease-renewer", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, wait: bool = True, timeout: float = 5.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if wait and self._thread is not None:
-            self._thread.join(timeout)
-
-    def is_running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self._wake.wait(self.interval)
-                self._wake.clear()
-                if self._stop.is_set():
-                    break
-                self.renew_now()
-        finally:
-            _close_thread_connection(self.lease_manager.using)
-
-    def renew_now(self) -> None:
-        """One renewal round (also called directly by tests)."""
-        tracked = self.tracked()
-        by_duration: dict[float, list[str]] = {}
-        ages: dict[str, float] = {}
-        for item_id, (duration, progress) in tracked.items():
-            by_duration.setdefault(duration, []).append(item_id)
-            if progress is not None and progress.beats:
-                ages[item_id] = progress.elapsed()
-        try:
-            for duration, ids in by_duration.items():
-                # Half-lease lazy extension keeps most renewals HOT updates.
-                _renewed, lost = self.lease_manager.renew_leases(
-                    ids, duration, progress_ages=ages, extend_below=duration / 2
-                )
-                for item_id in lost:
-                    self.on_lease_lost(
-                        item_id, LeaseExpiredError(f"lease on {item_id} expired or moved on")
-                    )
-            if self.on_tick is not None:
-                self.on_tick()
-        except (DatabaseUnavailable, DatabaseError) as exc:
-            self.consecutive_failures += 1
-            logger.warning(
-                "lease renewal round failed (%d/%d): %s",
-                self.consecutive_failures,
-                self.max_failures,
-                exc,
-            )
-            _close_thread_connection(self.lease_manager.using)
-            if self.consecutive_failures >= self.max_failures:
-                for item_id in tracked:
-                    self.on_lease_lost(item_id, exc)
-            return
-        self.consecutive_failures = 0
-        self.rounds += 1

@@ -1,4 +1,4 @@
-"""A Django Tasks backend on leasing (SPEC §11.3).
+"""A Django Tasks backend on leasing.
 
     TASKS = {"default": {"BACKEND": "leasing.tasks.LeasingBackend", "QUEUES": []}}
 
@@ -17,6 +17,7 @@ A task taking context gets a `LeasingTaskContext` with `beat()` and
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,11 +31,12 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from .enqueue import enqueue
+from .context import WorkContext
 from .exceptions import PayloadNotSerializable, PermanentError
-from .handlers import WorkContext, registry
+from .handlers import registry
 from .ids import new_ulid
 from .models import Checkpoint, CheckpointType, WorkItem, WorkItemStatus
+from .services.enqueue import enqueue
 
 TASK_WORK_TYPE = "django.task"
 BACKEND_PATH = "leasing.tasks.LeasingBackend"
@@ -44,7 +46,6 @@ _STATUS = {
     WorkItemStatus.IN_PROGRESS: TaskResultStatus.RUNNING,
     WorkItemStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
     WorkItemStatus.FAILED: TaskResultStatus.FAILED,
-    WorkItemStatus.EXPIRED: TaskResultStatus.FAILED,
 }
 
 
@@ -111,6 +112,8 @@ class LeasingBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
+        if not isinstance(result_id, str) or "\x00" in result_id or len(result_id) > 255:
+            raise TaskResultDoesNotExist(result_id)
         item = (
             WorkItem.objects.using(self.using)
             .filter(pk=result_id, work_type=TASK_WORK_TYPE)
@@ -118,7 +121,7 @@ class LeasingBackend(BaseTaskBackend):
         )
         if item is None:
             raise TaskResultDoesNotExist(result_id)
-        task = _load_task(item.input_data["task"])
+        task = _as_enqueued(_load_task(item.input_data["task"]), item, self.alias)
         boundaries = list(
             Checkpoint.objects.using(self.using)
             .filter(task_id=item.task_id, checkpoint_type=CheckpointType.ERROR_BOUNDARY)
@@ -132,11 +135,12 @@ class LeasingBackend(BaseTaskBackend):
             TaskError(
                 exception_class_path=b.get("exception_class_path")
                 or "leasing.exceptions.LeaseExpiredError",
-                traceback=b.get("traceback") or b.get("error") or b.get("error_message") or "",
+                traceback=b.get("traceback") or b.get("error") or "",
             )
             for b in boundaries
+            if b.get("reason") != "interrupted"
         ]
-        worker_ids = [_attempt_worker(b) for b in boundaries]
+        worker_ids = [str(b.get("worker_id") or "") for b in boundaries]
         if item.status == WorkItemStatus.IN_PROGRESS and item.lease_holder:
             worker_ids.append(item.lease_holder)
         elif item.status == WorkItemStatus.COMPLETED and isinstance(item.output_data, dict):
@@ -164,17 +168,15 @@ class LeasingBackend(BaseTaskBackend):
 _FINISHED = {TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED}
 
 
-def _attempt_worker(boundary: dict[str, Any]) -> str:
-    # Worker-recorded failures name the worker; sweep recoveries name the
-    # expired lease's holder.
-    for key in ("worker_id", "lease_holder", "holder"):
-        value = boundary.get(key)
-        if isinstance(value, str) and value:
-            return value
-    lease = boundary.get("expired_lease") or boundary.get("lease") or {}
-    if isinstance(lease, dict):
-        return str(lease.get("holder") or lease.get("lease_holder") or "")
-    return ""
+def _as_enqueued(task: Task, item: WorkItem, alias: str) -> Task:
+    """The task as it was enqueued: `.using()` may have changed priority, queue and time."""
+    return dataclasses.replace(
+        task,
+        priority=item.priority,
+        queue_name=item.queue_name,
+        run_after=item.run_after,
+        backend=alias,
+    )
 
 
 def _load_task(path: str) -> Task:
@@ -213,7 +215,7 @@ def run_task(ctx: WorkContext) -> dict[str, Any]:
     return {"return_value": value, "worker_id": ctx.worker_id}
 
 
-def register_task_handler() -> None:
+def register_task_handler() -> None:  # called by LeasingConfig.ready()
     """Register `run_task` for `django.task` when a TASKS backend uses leasing."""
     options: dict[str, Any] = {}
     for config in getattr(settings, "TASKS", {}).values():

@@ -24,8 +24,16 @@ from .exceptions import (
 )
 
 PG_INT_MIN, PG_INT_MAX = -(2**31), 2**31 - 1
-# One encoder for every payload: json.dumps() with options builds a new one per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# Ids and names (task ids, work types, queues, worker ids, idempotency keys):
+# longer ones cannot be indexed or sent in a NOTIFY, and are typos anyway.
+MAX_KEY_LENGTH = 255
+# JSON nested deeper than this is refused (the encoder and jsonb give up far
+# later, with a RecursionError or a stack-depth error instead of a message).
+MAX_JSON_DEPTH = 100
+# One encoder for every payload: json.dumps() with options builds a new one per
+# call. ensure_ascii=False keeps lone surrogates as characters, so the UTF-8
+# encoding that measures the size also finds them.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 # Ten years: longer "durations" are typos, and make_interval() would overflow first.
 MAX_SECONDS = 10 * 365 * 24 * 3600
 
@@ -61,14 +69,29 @@ def integer(
     return value
 
 
-def non_empty_text(name: str, value: Any, *, max_length: int | None = None) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(f"{name} must be a non-empty string, got {value!r}.")
+def storable_text(name: str, value: str) -> str:
+    """Text every database stores: no NUL character, no lone surrogate."""
     if "\x00" in value:
         raise InvalidInput(f"{name} must not contain NUL characters.")
-    if max_length is not None and len(value) > max_length:
-        raise InvalidInput(f"{name} must be at most {max_length} characters, got {len(value)}.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{name} must not contain lone surrogate characters.") from None
     return value
+
+
+def non_empty_text(name: str, value: Any, *, max_length: int = MAX_KEY_LENGTH) -> str:
+    """A non-empty, storable string of at most `max_length` characters."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{name} must be a non-empty string, got {_short(value)}.")
+    if len(value) > max_length:
+        raise InvalidInput(f"{name} must be at most {max_length} characters, got {len(value)}.")
+    return storable_text(name, value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def text_filter(name: str, value: Any) -> list[str] | None:
@@ -86,29 +109,61 @@ def text_filter(name: str, value: Any) -> list[str] | None:
 
 
 def payload(name: str, value: Any, *, required: bool = False) -> str | None:
-    """Encode a JSON payload, enforcing serializability and the size limit.
+    """Encode a JSON payload that both databases store, or raise `PayloadNotSerializable`.
 
-    Returns the JSON text (None for a missing optional payload), so callers
-    encode once and reuse the result.
+    Refused: values JSON cannot encode, NaN and infinities, NUL characters
+    and lone surrogates in strings (jsonb rejects both), nesting deeper than
+    `MAX_JSON_DEPTH`, and more than `MAX_PAYLOAD_BYTES` once encoded. Returns
+    the JSON text (None for a missing optional payload), so callers encode
+    once and reuse the result.
     """
     if value is None and not required:
         return None
     try:
         encoded = _ENCODER.encode(value)
+    except RecursionError:
+        raise PayloadNotSerializable(
+            f"{name} is nested more than {MAX_JSON_DEPTH} levels deep."
+        ) from None
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"{name} is not JSON-serializable: {exc}") from exc
+    try:
+        size = len(encoded.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise PayloadNotSerializable(
+            f"{name} contains a lone surrogate character, which JSON columns reject."
+        ) from None
     limit = get_settings().max_payload_bytes
-    size = len(encoded.encode("utf-8"))
     if size > limit:
         raise PayloadTooLarge(
             f"{name} is {size} bytes as JSON, over the limit of {limit} bytes "
             "(LEASING['MAX_PAYLOAD_BYTES'])."
         )
     if "\\u0000" in encoded:
-        # PostgreSQL's jsonb cannot store NUL in strings; refuse it on every
-        # database so SQLite and PostgreSQL accept the same payloads.
         raise PayloadNotSerializable(f"{name} contains a NUL character, which JSON columns reject.")
+    # Cheap test first: a value cannot be deeper than its number of brackets.
+    if encoded.count("[") + encoded.count("{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
+        raise PayloadNotSerializable(f"{name} is nested more than {MAX_JSON_DEPTH} levels deep.")
     return encoded
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and dicts nest in `value` (iterative: no recursion limit)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def aware_datetime(name: str, value: Any) -> datetime | None:

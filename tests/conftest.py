@@ -69,7 +69,7 @@ def leasing_settings(settings: Any) -> Callable[..., None]:
 @pytest.fixture
 def make_items(db: None) -> Callable[..., list[Any]]:
     """Enqueue n items: make_items(3, work_type="noop", priority=1)."""
-    from leasing.enqueue import enqueue_many
+    from leasing import enqueue_many
 
     def make(n: int = 1, *, task_id: str | None = None, **fields: Any) -> list[Any]:
         specs = []
@@ -179,3 +179,23 @@ def spawn(subprocess_env: dict[str, str]) -> Iterator[Callable[..., subprocess.P
             proc.stdout.close()
         if proc.stderr:
             proc.stderr.close()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02) -> float:
+    """Wait until predicate() is true; return the seconds it took (AssertionError on timeout)."""
+    import time
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if predicate():
+            return time.monotonic() - started
+        time.sleep(interval)
+    raise AssertionError("condition not reached in time")
+
+
+def recorded(path: Path, what: str | None = None) -> list[list[str]]:
+    """Lines a test handler recorded (`item token what worker`), optionally of one kind."""
+    if not path.exists():
+        return []
+    lines = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return [line for line in lines if what is None or line[2] == what]

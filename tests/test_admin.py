@@ -13,11 +13,11 @@ import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import Client
 
+from leasing import LeaseManager
 from leasing.admin.paginator import EstimatedCountPaginator
-from leasing.db import database_now
 from leasing.exceptions import LeaseLostError
-from leasing.lease import LeaseManager
 from leasing.models import Checkpoint, IdempotencyKey, Worker, WorkItem
+from leasing.sql.runner import database_now
 from tests.test_admin_support import (
     FORCE,
     PAYLOAD,

@@ -16,11 +16,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from leasing.checkpoints import create_checkpoint
-from leasing.db import database_now
-from leasing.enqueue import enqueue
-from leasing.lease import Lease, LeaseManager
+from leasing import Lease, LeaseManager, enqueue
 from leasing.models import IdempotencyKey, WorkItem
+from leasing.services.checkpoints import create_checkpoint
+from leasing.sql.runner import database_now
 
 # Appears in every payload of the scenario; never in a page without view_payload.
 SECRET = "S3CRET-payload-7f1c9e"

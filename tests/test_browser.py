@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 
-from leasing.db import database_now
 from leasing.models import Checkpoint, Worker, WorkItem
+from leasing.sql.runner import database_now
 from tests.test_admin_support import FORCE, VIEW_ALL, lease_scenario, make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

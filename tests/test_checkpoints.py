@@ -8,15 +8,7 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from leasing.checkpoints import (
-    checkpoints_for,
-    cleanup_checkpoints,
-    create_checkpoint,
-    latest_checkpoint,
-    resume_state,
-)
-from leasing.db import database_now
-from leasing.enqueue import enqueue
+from leasing import LeaseManager, enqueue
 from leasing.exceptions import (
     CheckpointImmutable,
     InvalidCheckpointType,
@@ -26,9 +18,16 @@ from leasing.exceptions import (
     PayloadTooLarge,
     WorkItemNotFound,
 )
-from leasing.lease import LeaseManager
 from leasing.models import Checkpoint, WorkItem
-from leasing.recovery import RecoverySweep
+from leasing.services.checkpoints import (
+    checkpoints_for,
+    cleanup_checkpoints,
+    create_checkpoint,
+    latest_checkpoint,
+    resume_state,
+)
+from leasing.sql.runner import database_now
+from leasing.sweep import RecoverySweep
 
 pytestmark = pytest.mark.django_db
 

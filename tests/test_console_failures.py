@@ -12,13 +12,10 @@ from django.contrib.admin.models import LogEntry
 from django.core.management import call_command
 from django.test import Client
 
+from leasing import LeaseManager, RecoverySweep, apply_action, enqueue
 from leasing.console.failures import error_groups, item_failures, normalise
-from leasing.db import database_now
-from leasing.enqueue import enqueue
-from leasing.lease import LeaseManager
 from leasing.models import Checkpoint, WorkItem
-from leasing.operations import apply_action
-from leasing.recovery import RecoverySweep
+from leasing.sql.runner import database_now
 from tests.test_admin_support import (
     FORCE,
     PAYLOAD,

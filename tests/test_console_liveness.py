@@ -11,8 +11,8 @@ from django.test import Client
 
 from leasing.console.liveness import beat_interval
 from leasing.console.processes import live_workers, sweep_health
-from leasing.db import database_now
 from leasing.models import Worker
+from leasing.sql.runner import database_now
 from tests.test_admin_support import VIEW_ALL, claim, dashboard_url, make_user
 
 pytestmark = pytest.mark.django_db
@@ -40,25 +40,23 @@ def process(worker_id: str, *, seen: float, role: str = "worker", **fields) -> W
 
 def test_the_interval_is_the_process_own(leasing_settings):
     leasing_settings(HEARTBEAT_INTERVAL=10, SWEEP_INTERVAL=60)
-    now = database_now()
-    assert beat_interval(process("w", seen=0)) == 10
-    declared = process("s1", seen=0, role="sweeper", last_scan_stats={"interval_seconds": 7.5})
-    assert beat_interval(declared) == 7.5
-    # No interval recorded: the average spacing of its passes (5 s here).
-    spaced = process("s2", seen=0, role="sweeper", scans=13, last_scan_at=now)
-    Worker.objects.filter(pk="s2").update(started_at=now - timedelta(seconds=60))
-    assert beat_interval(Worker.objects.get(pk="s2")) == pytest.approx(5.0)
-    assert beat_interval(spaced) == 60  # before the update: one pass, the configured one
+    assert beat_interval(process("w", seen=0, heartbeat_interval=0.5)) == 0.5
+    assert beat_interval(process("s", seen=0, role="sweeper", heartbeat_interval=5)) == 5
+    # Rows registered before processes recorded their interval: the setting of their role.
+    assert beat_interval(process("old-w", seen=0)) == 10
+    assert beat_interval(process("old-s", seen=0, role="sweeper")) == 60
 
 
 def test_a_worker_silent_for_three_intervals_is_red_and_listed_first(leasing_settings, viewer):
     leasing_settings(HEARTBEAT_INTERVAL=30)
     process("w-ok", seen=89)
     process("w-dead", seen=151)
+    process("w-fast", seen=4, heartbeat_interval=1)  # 3 s is silent for a 1 s beat
     lease = claim("task-of-dead", "w-dead")
     workers, _ = live_workers()
-    assert [w.worker_id for w in workers] == ["w-dead", "w-ok"]  # problem rows first
-    dead, ok = workers
+    assert [w.worker_id for w in workers] == ["w-dead", "w-fast", "w-ok"]  # problems first
+    dead, fast, ok = workers
+    assert fast.liveness.silent and fast.liveness.limit_seconds == 3
     assert dead.liveness.silent and dead.liveness.text == "silent 2 min 31 s"
     assert not ok.liveness.silent and ok.liveness.text == "seen 1 min 29 s ago"
 
@@ -74,17 +72,15 @@ def test_sweeper_rows_agree_with_the_banner_which_states_the_real_interval(
     leasing_settings(SWEEP_INTERVAL=60)
     now = database_now()
     # The demo's sweeper: passes every 5 s, though the setting says 60 s.
-    process("sweeper@h", seen=4, role="sweeper", scans=25, last_scan_at=now - timedelta(seconds=4))
-    Worker.objects.filter(pk="sweeper@h").update(started_at=now - timedelta(seconds=124))
+    process("sweeper@h", seen=4, role="sweeper", heartbeat_interval=5, scans=25,
+            last_scan_at=now - timedelta(seconds=4))  # fmt: skip
     health = sweep_health()
     assert health.ok and health.interval_seconds == pytest.approx(5.0)
     assert "it runs every 5 s" in health.message
 
     # Killed: 16 s without a pass is more than three of its 5 s intervals.
     Worker.objects.filter(pk="sweeper@h").update(
-        started_at=now - timedelta(seconds=136),  # its 25 passes were 5 s apart
-        last_seen_at=now - timedelta(seconds=16),
-        last_scan_at=now - timedelta(seconds=16),
+        last_seen_at=now - timedelta(seconds=16), last_scan_at=now - timedelta(seconds=16)
     )
     html = viewer.get(dashboard_url()).content.decode()
     assert "Warning: recovery sweep not running." in html

@@ -9,12 +9,11 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
+from leasing import LeaseManager, enqueue
 from leasing.console.dashboard import build_dashboard
 from leasing.console.queues import percentile
-from leasing.db import database_now
-from leasing.enqueue import enqueue
-from leasing.lease import LeaseManager
 from leasing.models import Worker, WorkItem
+from leasing.sql.runner import database_now
 from tests.test_admin_support import VIEW_ALL, claim, dashboard_url, make_user, shift
 
 pytestmark = pytest.mark.django_db

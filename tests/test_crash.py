@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from leasing.db import database_now
-from leasing.enqueue import enqueue
+from leasing import enqueue
 from leasing.models import Checkpoint, Worker, WorkItem
-from leasing.recovery import RecoverySweep
+from leasing.sql.runner import database_now
+from leasing.sweep import RecoverySweep
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,7 +141,7 @@ def test_sweep_never_takes_a_lease_that_is_kept_alive(spawn, tmp_path):
 
 
 def test_killed_worker_loses_none_of_its_claimed_but_unstarted_batch(spawn, tmp_path):
-    from leasing.enqueue import enqueue_many
+    from leasing import enqueue_many
 
     record = tmp_path / "runs.txt"
     items = enqueue_many(

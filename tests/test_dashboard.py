@@ -10,13 +10,12 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
+from leasing import LeaseManager, enqueue
 from leasing import console as dashboard
-from leasing.checkpoints import create_checkpoint
 from leasing.console import census
-from leasing.db import database_now
-from leasing.enqueue import enqueue
-from leasing.lease import LeaseManager
 from leasing.models import Worker, WorkItem
+from leasing.services.checkpoints import create_checkpoint
+from leasing.sql.runner import database_now
 from tests.spec_sql import ACTIVE_AND_STALE, RETRY_DISTRIBUTION, TIMELINE, run
 from tests.test_admin_support import (
     PAYLOAD,

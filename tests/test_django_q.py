@@ -13,11 +13,10 @@ from django_q.conf import Conf
 from django_q.models import Schedule, Task
 from django_q.tasks import async_task, result
 
-from leasing.db import database_now
-from leasing.enqueue import enqueue
-from leasing.lease import LeaseManager
+from leasing import LeaseManager, enqueue
 from leasing.models import Checkpoint, Worker, WorkItem
-from leasing.recovery import (
+from leasing.sql.runner import database_now
+from leasing.sweep.schedule import (
     SCHEDULE_NAME,
     SCHEDULED_SWEEPER_ID,
     run_sweep_pass,
@@ -67,7 +66,7 @@ def test_run_sweep_pass_returns_json_able_stats_and_shares_one_row(db):
 @pytest.mark.django_db(transaction=True)
 def test_async_task_runs_a_pass_in_sync_mode(db, sync_q):
     item = expired_item("a")
-    task_id = async_task("leasing.recovery.run_sweep_pass", interval=60.0)
+    task_id = async_task("leasing.sweep.schedule.run_sweep_pass", interval=60.0)
 
     stats = result(task_id)
     assert stats["recovered"] == 1 and stats["errors"] == 0
@@ -88,7 +87,7 @@ def test_schedule_is_created_once_and_its_task_runs(db, sync_q):
 
     [schedule] = Schedule.objects.filter(name=SCHEDULE_NAME)
     assert Schedule.objects.count() == 1
-    assert schedule.func == "leasing.recovery.run_sweep_pass"
+    assert schedule.func == "leasing.sweep.schedule.run_sweep_pass"
     assert (schedule.schedule_type, schedule.minutes, schedule.repeats) == ("I", 2, -1)
     kwargs = ast.literal_eval(schedule.kwargs)
     assert kwargs == {
@@ -109,7 +108,10 @@ def test_schedule_is_created_once_and_its_task_runs(db, sync_q):
 def test_scheduling_merges_duplicate_schedules(db):
     for _ in range(2):
         Schedule.objects.create(
-            name=SCHEDULE_NAME, func="leasing.recovery.run_sweep_pass", schedule_type="I", minutes=5
+            name=SCHEDULE_NAME,
+            func="leasing.sweep.schedule.run_sweep_pass",
+            schedule_type="I",
+            minutes=5,
         )
     schedule, created = schedule_sweep(interval_seconds=60)
     assert created is False

@@ -8,10 +8,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from leasing.db import database_now
-from leasing.enqueue import enqueue, enqueue_many
+from leasing import enqueue, enqueue_many
 from leasing.exceptions import InvalidInput, PayloadNotSerializable, PayloadTooLarge
 from leasing.models import WorkItem
+from leasing.sql.runner import database_now
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""Heartbeats (SPEC §7): HeartbeatThread, Heartbeat, LeaseExtender, LeaseRenewer."""
+"""Heartbeats: HeartbeatThread, Heartbeat, LeaseExtender."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from leasing.db import database_now
+from leasing import LeaseManager, WorkContext
 from leasing.exceptions import (
     DatabaseUnavailable,
     InvalidHeartbeatInterval,
@@ -17,17 +17,15 @@ from leasing.exceptions import (
     LeaseExpiredError,
     LeaseLostError,
 )
-from leasing.handlers import WorkContext
 from leasing.heartbeat import (
     Heartbeat,
     HeartbeatThread,
     LeaseExtender,
     LeaseExtenderConfig,
-    LeaseRenewer,
     start_heartbeat,
 )
-from leasing.lease import LeaseManager
 from leasing.models import Checkpoint, WorkItem
+from leasing.sql.runner import database_now
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -237,32 +235,3 @@ def test_disabled_extender_never_extends(make_items):
 def test_extender_config_is_validated(kwargs):
     with pytest.raises(InvalidInput):
         LeaseExtenderConfig(**kwargs)
-
-
-def test_lease_renewer_renews_all_leases_in_one_round_and_reports_lost_ones(make_items):
-    make_items(4)
-    manager = LeaseManager("renewer")
-    # Under half of the renewed 60 s lease left, so the round extends it (30 s
-    # could be exactly half on SQLite's millisecond clock, and then it would not).
-    leases = manager.acquire_leases(4, lease_duration_seconds=20)
-    WorkItem.objects.filter(pk=leases[0].id).update(
-        lease_expires_at=database_now() - timedelta(seconds=1)
-    )
-    lost: list[str] = []
-    ticks: list[int] = []
-    beating = Heartbeat()
-    beating.beat()
-    renewer = LeaseRenewer(
-        manager,
-        interval_seconds=10,
-        tracked=lambda: {lease.id: (60.0, beating) for lease in leases},
-        on_lease_lost=lambda item_id, exc: lost.append(item_id),
-        on_tick=lambda: ticks.append(1),
-    )
-    renewer.renew_now()
-    assert lost == [leases[0].id]
-    assert ticks == [1]
-    for lease in leases[1:]:
-        row = WorkItem.objects.get(pk=lease.id)
-        assert row.lease_expires_at - row.heartbeat_at == timedelta(seconds=60)
-        assert row.progress_at is not None and row.progress_at <= row.heartbeat_at

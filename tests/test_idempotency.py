@@ -13,8 +13,7 @@ import pytest
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
 
-from leasing.db import database_now
-from leasing.enqueue import enqueue
+from leasing import LeaseManager, WorkContext, enqueue
 from leasing.exceptions import (
     IdempotencyConflict,
     IdempotencyInProgress,
@@ -24,11 +23,10 @@ from leasing.exceptions import (
     PayloadNotSerializable,
     WorkItemNotFound,
 )
-from leasing.handlers import WorkContext
-from leasing.idempotency import request_hash, run_once
-from leasing.lease import LeaseManager
 from leasing.models import IdempotencyKey, WorkItem
-from leasing.recovery import RecoverySweep
+from leasing.services.idempotency import request_hash, run_once
+from leasing.sql.runner import database_now
+from leasing.sweep import RecoverySweep
 
 pytestmark = pytest.mark.django_db
 

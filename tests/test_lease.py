@@ -7,8 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from leasing.db import database_now
-from leasing.enqueue import enqueue
+from leasing import Lease, LeaseManager, enqueue, enqueue_many
 from leasing.exceptions import (
     InvalidDuration,
     InvalidInput,
@@ -19,8 +18,11 @@ from leasing.exceptions import (
     PayloadTooLarge,
     WorkItemNotFound,
 )
-from leasing.lease import Lease, LeaseManager
 from leasing.models import WorkItem
+from leasing.services.completion import complete, complete_and_claim
+from leasing.services.terms import claim_terms
+from leasing.sql.runner import database_now
+from leasing.sql.work_items import ClaimFilters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -195,7 +197,8 @@ def test_successful_release_completes_and_clears_the_lease(make_items):
     [item] = make_items(1)
     m = LeaseManager("w1")
     m.acquire_lease()
-    assert m.release_lease(item.pk, success=True, output_data={"answer": 42}) is True
+    outcome = m.release_lease(item.pk, success=True, output_data={"answer": 42})
+    assert (outcome.work_item_id, outcome.status, outcome.token) == (item.pk, "completed", 1)
     row = snapshot(item.pk)
     assert row["status"] == "completed"
     assert row["output_data"] == {"answer": 42}
@@ -227,7 +230,7 @@ def test_retry_goes_back_to_pending_with_backoff_then_fails_when_exhausted(
         lease = m.acquire_lease()
         assert lease is not None
         now = database_now()
-        outcome = m.release(item.pk, success=False, error="boom", retry=True)
+        outcome = m.release_lease(item.pk, success=False, error="boom", retry=True)
         assert outcome.will_retry
         row = snapshot(item.pk)
         assert row["status"] == "pending"
@@ -240,7 +243,7 @@ def test_retry_goes_back_to_pending_with_backoff_then_fails_when_exhausted(
         assert m.acquire_lease() is None  # backoff not over yet
         WorkItem.objects.filter(pk=item.pk).update(run_after=None)
     m.acquire_lease()
-    outcome = m.release(item.pk, success=False, error="boom", retry=True)
+    outcome = m.release_lease(item.pk, success=False, error="boom", retry=True)
     assert not outcome.will_retry
     row = snapshot(item.pk)
     assert row["status"] == "failed"
@@ -392,7 +395,7 @@ def test_batch_renewal_with_extend_below_only_extends_short_leases(make_items):
 def test_zombie_batched_completions_are_refused(make_items):
     items = make_items(3)
     a, b = LeaseManager("worker-a"), LeaseManager("worker-b")
-    a.acquire_leases(3, lease_duration_seconds=30)
+    a_leases = a.acquire_leases(3, lease_duration_seconds=30)
     # items[0] is recovered by the sweep and re-claimed by B; A is a zombie for it.
     expire_now(items[0].pk)
     WorkItem.objects.expired().filter(pk=items[0].pk).update(
@@ -402,25 +405,58 @@ def test_zombie_batched_completions_are_refused(make_items):
     assert b_lease.work_item_id == items[0].pk
     before = snapshot(items[0].pk)
 
-    completed, lost = a.complete_many([(items[0].pk, '{"by": "zombie"}'), (items[1].pk, "1")])
-    assert completed == [items[1].pk] and lost == [items[0].pk]
+    done = complete(a, [(a_leases[0], '{"by": "zombie"}'), (a_leases[1], "1")])
+    assert done.completed == (a_leases[1],) and done.lost == (a_leases[0],)
     assert snapshot(items[0].pk) == before
 
-    done, gone, claimed = a.complete_and_acquire([(items[2].pk, "2")], 5, 30)
-    assert (done, gone) == ([items[2].pk], [])
+    done, claimed = complete_and_claim(a, [(a_leases[2], "2")], 5, claim_terms(30), ClaimFilters())
+    assert (done.completed, done.lost) == ((a_leases[2],), ())
     assert claimed == []  # nothing pending: B's item is not taken from it
     assert snapshot(items[0].pk) == before
     b.release_lease(items[0].pk, success=True, output_data={"by": "worker-b"})
     assert snapshot(items[0].pk)["output_data"] == {"by": "worker-b"}
 
 
-def test_complete_and_acquire_completes_and_claims_in_one_round_trip(make_items):
+def test_complete_and_claim_completes_and_claims_in_one_round_trip(make_items):
     items = make_items(4)
     m = LeaseManager("w1")
     [first] = m.acquire_leases(1)
-    done, lost, leases = m.complete_and_acquire([(first.id, '{"ok": true}')], 2)
-    assert done == [first.id] and lost == []
+    done, leases = complete_and_claim(
+        m, [(first, '{"ok": true}')], 2, claim_terms(None), ClaimFilters()
+    )
+    assert done.completed == (first,) and done.lost == ()
     assert [lease.id for lease in leases] == [items[1].pk, items[2].pk]
     assert snapshot(first.id)["status"] == "completed"
     assert snapshot(first.id)["output_data"] == {"ok": True}
     assert {lease.id for lease in m.held_leases()} == {items[1].pk, items[2].pk}
+
+
+def test_one_claim_gives_each_work_type_its_own_lease_and_deadline():
+    from leasing.sql.work_items import LeaseTerms
+
+    enqueue_many(
+        [
+            {"task_id": f"{work_type}-task", "work_type": work_type}
+            for work_type in ("long", "short", "capped", "plain")
+        ]
+    )
+    terms = LeaseTerms(
+        duration=60, cap=3600, durations={"long": 120, "short": 30}, caps={"capped": 45}
+    )
+    leases = LeaseManager("w").claim(10, terms, ClaimFilters())
+    assert len(leases) == 4
+    seconds = {
+        row["work_type"]: (
+            (row["lease_expires_at"] - row["lease_acquired_at"]).total_seconds(),
+            (row["lease_deadline_at"] - row["lease_acquired_at"]).total_seconds(),
+        )
+        for row in WorkItem.objects.values(
+            "work_type", "lease_acquired_at", "lease_expires_at", "lease_deadline_at"
+        )
+    }
+    assert seconds == {
+        "long": (120, 3600),
+        "short": (30, 3600),
+        "capped": (45, 45),  # the lease itself never outlives the deadline
+        "plain": (60, 3600),
+    }

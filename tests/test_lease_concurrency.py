@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 import time_machine
 
-from leasing.db import database_now
+from leasing import LeaseManager
 from leasing.exceptions import LeaseExpiredError
-from leasing.lease import LeaseManager
 from leasing.models import WorkItem
+from leasing.sql.runner import database_now
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,7 +87,7 @@ def test_leases_expire_by_the_database_clock_not_the_process_clock(make_items, s
 
 def test_eight_runworker_processes_run_every_item_exactly_once(make_items, spawn, tmp_path):
     # The real worker: batched claims with prefetch, batched fenced completions.
-    from leasing.enqueue import enqueue_many
+    from leasing import enqueue_many
 
     record = tmp_path / "runs.txt"
     items = enqueue_many([{"task_id": f"t{i}", "work_type": "test.noop"} for i in range(2000)])
@@ -130,7 +130,7 @@ def test_a_deadlocked_complete_and_acquire_changes_nothing_and_runs_again(make_i
     import psycopg
     from django.db import OperationalError, connection, connections
 
-    from leasing.db import is_transient_conflict
+    from leasing.sql.runner import is_lock_conflict
     from tests.conftest import database_url
 
     held, waiting = make_items(2)
@@ -175,7 +175,7 @@ def test_a_deadlocked_complete_and_acquire_changes_nothing_and_runs_again(make_i
         other.close()
 
     error = outcome.get("error")
-    assert isinstance(error, OperationalError) and is_transient_conflict(error), outcome
+    assert isinstance(error, OperationalError) and is_lock_conflict(error), outcome
     rows = {row.pk: row for row in WorkItem.objects.all()}
     assert (rows[held.pk].status, rows[held.pk].lease_token) == ("in_progress", 1)
     assert (rows[waiting.pk].status, rows[waiting.pk].lease_token) == ("pending", 0)

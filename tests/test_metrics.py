@@ -8,9 +8,9 @@ from django.db.models import Sum
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from leasing.db import database_now
 from leasing.metrics import LeasingCollector, build_registry
 from leasing.models import Worker, WorkItem
+from leasing.sql.runner import database_now
 from tests.test_admin_support import VIEW_ALL, lease_scenario, make_user
 
 pytestmark = pytest.mark.django_db

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from leasing.db import database_now
+from leasing import LeaseManager
 from leasing.exceptions import CheckpointImmutable, InvalidStatus
-from leasing.lease import LeaseManager
 from leasing.models import Checkpoint, IdempotencyKey, Worker, WorkItem
+from leasing.sql.runner import database_now
 
 pytestmark = pytest.mark.django_db
 
@@ -78,7 +78,7 @@ def test_updated_at_moves_on_save(make_items):
 
 
 def test_checkpoint_rows_cannot_be_updated_through_the_orm(make_items):
-    from leasing.checkpoints import create_checkpoint
+    from leasing.services.checkpoints import create_checkpoint
 
     cp = create_checkpoint("t", "manual_checkpoint", {"a": 1})
     cp.snapshot_data = {"a": 2}

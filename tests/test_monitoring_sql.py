@@ -6,11 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from leasing.checkpoints import create_checkpoint
-from leasing.db import database_now
-from leasing.enqueue import enqueue, enqueue_many
-from leasing.lease import LeaseManager
+from leasing import LeaseManager, enqueue, enqueue_many
 from leasing.models import WorkItem
+from leasing.services.checkpoints import create_checkpoint
+from leasing.sql.runner import database_now
 from tests.spec_sql import ACTIVE_AND_STALE, RETRY_DISTRIBUTION, TIMELINE, run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]

@@ -12,10 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
-from leasing import registry
-from leasing.checkpoints import create_checkpoint
-from leasing.db import database_now
-from leasing.enqueue import enqueue, enqueue_many
+from leasing import LeaseManager, enqueue, enqueue_many
 from leasing.exceptions import (
     DatabaseUnavailable,
     InvalidDuration,
@@ -23,9 +20,11 @@ from leasing.exceptions import (
     LeaseLostError,
 )
 from leasing.handlers import registry as handlers
-from leasing.lease import LeaseManager
 from leasing.models import Checkpoint, IdempotencyKey, Worker, WorkItem
-from leasing.recovery import RecoveryStats, RecoverySweep
+from leasing.services import processes, recovery
+from leasing.services.checkpoints import create_checkpoint
+from leasing.sql.runner import database_now
+from leasing.sweep import RecoveryStats, RecoverySweep
 from tests.conftest import raise_deadlock
 
 pytestmark = pytest.mark.django_db
@@ -104,9 +103,9 @@ def test_expired_item_is_requeued_with_a_retry_message_and_an_error_boundary(db)
     assert checkpoint.task_id == "task-1" and checkpoint.sequence_number == 1
     snap = checkpoint.snapshot_data
     assert snap["error"] == "Lease expired - retry 1/3"
-    assert snap["new_status"] == "pending" and snap["old_status"] == "in_progress"
+    assert snap["new_status"] == "pending" and snap["reason"] == "lease_expired"
     assert (snap["retry_count"], snap["max_retries"]) == (1, 3)
-    assert snap["lease_holder"] == "dead-worker"
+    assert snap["worker_id"] == "dead-worker" and snap["attempt"] == 1
     assert snap["lease_token"] == lease.token
     # ISO 8601 (PostgreSQL's jsonb drops trailing zeros of the fraction: compare values).
     assert parse_datetime(snap["lease_expires_at"]) == old["lease_expires_at"]
@@ -168,7 +167,7 @@ def test_repeated_expiry_retries_then_fails_for_good_and_never_loops(db):
     checkpoints = boundaries(item.pk)
     assert [c.sequence_number for c in checkpoints] == [1, 2, 3, 4]
     assert [c.snapshot_data["new_status"] for c in checkpoints] == ["pending"] * 3 + ["failed"]
-    assert [c.snapshot_data["lease_holder"] for c in checkpoints] == [
+    assert [c.snapshot_data["worker_id"] for c in checkpoints] == [
         f"worker-{n}" for n in range(1, 5)
     ]
     # Terminal: nothing left to sweep or claim.
@@ -293,8 +292,8 @@ def test_expired_idempotency_keys_are_deleted(db):
 
 
 def test_workers_not_seen_for_two_intervals_are_marked_lost(db):
-    registry.register("silent-worker")
-    registry.register("busy-worker")
+    processes.register("silent-worker", heartbeat_interval=1.0)
+    processes.register("busy-worker", heartbeat_interval=1.0)
     Worker.objects.filter(pk="silent-worker").update(
         last_seen_at=database_now() - timedelta(seconds=5)
     )
@@ -398,8 +397,8 @@ def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkey
 
     # Fails after the batch's UPDATE and checkpoints, still inside its transaction.
     def flaky(real):
-        def batch(self, d, fail_types):
-            outcome = real(self, d, fail_types)
+        def batch(*args):
+            outcome = real(*args)
             calls["n"] += 1
             if calls["n"] == 1:
                 assert outcome.requeued == 1 and outcome.checkpoints == 1
@@ -408,8 +407,8 @@ def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkey
 
         return batch
 
-    for name in ("_recover_batch_postgres", "_recover_batch_sqlite"):
-        monkeypatch.setattr(RecoverySweep, name, flaky(getattr(RecoverySweep, name)))
+    for name in ("_recover_postgres", "_recover_sqlite"):
+        monkeypatch.setattr(recovery, name, flaky(getattr(recovery, name)))
 
     first = s.scan_and_recover()
     assert (first.errors, first.recovered, first.expired_found) == (1, 0, 0)
@@ -430,19 +429,19 @@ def test_a_batch_aborted_by_a_deadlock_runs_again_in_the_same_pass(db, monkeypat
     aborted = []
 
     def deadlock_once(real):
-        def batch(self, d, fail_types):
+        def batch(*args):
             if not aborted:
-                outcome = real(self, d, fail_types)  # its writes roll back with the error
+                outcome = real(*args)  # its writes roll back with the error
                 aborted.append(outcome)
                 raise_deadlock()
-            return real(self, d, fail_types)
+            return real(*args)
 
         return batch
 
-    for name in ("_recover_batch_postgres", "_recover_batch_sqlite"):
-        monkeypatch.setattr(RecoverySweep, name, deadlock_once(getattr(RecoverySweep, name)))
+    for name in ("_recover_postgres", "_recover_sqlite"):
+        monkeypatch.setattr(recovery, name, deadlock_once(getattr(recovery, name)))
 
-    with caplog.at_level("WARNING", logger="leasing.recovery"):
+    with caplog.at_level("WARNING", logger="leasing.sweep"):
         stats = sweep().scan_and_recover()
 
     assert aborted and aborted[0].requeued == 3
@@ -457,11 +456,11 @@ def test_a_batch_that_keeps_deadlocking_is_given_up_for_this_pass(db, monkeypatc
     LeaseManager("w").acquire_lease()
     expire(item.pk)
 
-    def always_deadlocks(self, d, fail_types):
+    def always_deadlocks(*args):
         raise_deadlock()
 
-    for name in ("_recover_batch_postgres", "_recover_batch_sqlite"):
-        monkeypatch.setattr(RecoverySweep, name, always_deadlocks)
+    for name in ("_recover_postgres", "_recover_sqlite"):
+        monkeypatch.setattr(recovery, name, always_deadlocks)
 
     stats = sweep().scan_and_recover()
     assert (stats.errors, stats.recovered) == (1, 0)
@@ -470,9 +469,9 @@ def test_a_batch_that_keeps_deadlocking_is_given_up_for_this_pass(db, monkeypatc
 
 @pytest.mark.django_db(transaction=True)
 def test_background_sweep_survives_a_database_outage(db, monkeypatch):
-    import leasing.recovery
+    from leasing.sweep import sweep as sweep_module
 
-    real = leasing.recovery.database_now
+    real = sweep_module.database_now
     outages = {"left": 2}
 
     def down(using: str = "default"):
@@ -481,7 +480,7 @@ def test_background_sweep_survives_a_database_outage(db, monkeypatch):
             raise DatabaseUnavailable("Database unavailable: connection refused")
         return real(using)
 
-    monkeypatch.setattr(leasing.recovery, "database_now", down)
+    monkeypatch.setattr(sweep_module, "database_now", down)
     item = enqueue("t", "noop")
     LeaseManager("w").acquire_lease()
     expire(item.pk)
@@ -501,7 +500,7 @@ def test_background_sweep_survives_a_database_outage(db, monkeypatch):
 def test_requeued_items_wake_listening_workers_on_commit_failed_ones_do_not(db):
     import psycopg
 
-    from leasing.enqueue import NOTIFY_CHANNEL
+    from leasing.sql.new_items import NOTIFY_CHANNEL
     from tests.conftest import database_url
 
     retried = enqueue("t", "noop", queue_name="q-retry")
@@ -625,7 +624,7 @@ def test_a_checkpoint_for_an_item_in_a_sweep_batch_does_not_deadlock_with_it(db)
     # A writer holds the task's sequence lock and then inserts a checkpoint
     # for an item the sweep has locked (its foreign-key check must not wait
     # for the sweep), while the sweep waits for that same sequence lock.
-    from leasing.checkpoints import lock_task_sequence
+    from leasing.services.checkpoints import lock_task_sequences
 
     item = enqueue("shared-task", "noop")
     LeaseManager("dead").acquire_lease()
@@ -636,7 +635,7 @@ def test_a_checkpoint_for_an_item_in_a_sweep_batch_does_not_deadlock_with_it(db)
     def writer() -> None:
         try:
             with transaction.atomic():
-                lock_task_sequence("default", "shared-task")
+                lock_task_sequences("default", ["shared-task"])
                 holding.set()
                 sweep_waits.wait(10)
                 checkpoint = create_checkpoint(
@@ -749,7 +748,7 @@ def test_two_sweeps_recover_5000_items_exactly_once_beside_live_workers(db, thre
     for numbers in per_task.values():
         assert sorted(numbers) == list(range(1, n_expired // n_tasks + 1))
     holders = Counter(
-        c["lease_holder"]
+        c["worker_id"]
         for c in Checkpoint.objects.values_list("snapshot_data", flat=True).iterator()
     )
     assert holders == {"dead-worker": n_expired}

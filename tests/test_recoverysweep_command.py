@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from leasing.checkpoints import create_checkpoint
-from leasing.db import database_now
-from leasing.enqueue import enqueue
-from leasing.lease import LeaseManager
+from leasing import LeaseManager, enqueue
 from leasing.models import Checkpoint, Worker, WorkItem
+from leasing.services.checkpoints import create_checkpoint
+from leasing.sql.runner import database_now
 
 pytestmark = pytest.mark.django_db
 

@@ -9,13 +9,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from leasing.checkpoints import create_checkpoint
-from leasing.db import database_now
-from leasing.enqueue import enqueue_many
+from leasing import LeaseManager, enqueue_many
 from leasing.exceptions import InvalidInput
-from leasing.lease import LeaseManager
 from leasing.models import Checkpoint, IdempotencyKey, WorkItem
-from leasing.retention import parse_age, purge_finished_items
+from leasing.services.checkpoints import create_checkpoint
+from leasing.services.retention import parse_age, purge_finished_items
+from leasing.sql.runner import database_now
 
 pytestmark = pytest.mark.django_db
 
@@ -61,9 +60,17 @@ def test_dry_run_and_status_filter(finished_items):
 
 
 def test_command(finished_items):
+    items, leases = finished_items
     out = StringIO()
-    call_command("purgeitems", "--older-than", "30d", stdout=out)
-    assert "deleted 3 finished work item(s)" in out.getvalue()
+    call_command("purgeitems", "--older-than", "30d", "--status", "completed", stdout=out)
+    assert "deleted 2 finished work item(s)" in out.getvalue()
+    # Exactly the old completed rows went; the recent one, the failed one and the
+    # unfinished ones stayed.
+    remaining = set(WorkItem.objects.values_list("pk", flat=True))
+    assert remaining == {leases[0].id, leases[3].id, leases[4].id, items[5].pk}
+    call_command("purgeitems", "--older-than", "30d", "--dry-run", stdout=out)
+    assert WorkItem.objects.count() == 4
+    assert "would delete 1 finished work item(s)" in out.getvalue()
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from leasing import console as dashboard
-from leasing.db import database_now
 from leasing.models import (
     Checkpoint,
     CheckpointType,
@@ -23,6 +22,7 @@ from leasing.models import (
     WorkItem,
     WorkItemStatus,
 )
+from leasing.sql.runner import database_now
 from tests.test_admin_support import dashboard_url, make_user, timeline_url
 
 pytestmark = pytest.mark.django_db

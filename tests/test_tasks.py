@@ -13,9 +13,9 @@ from django.db import connection
 from django.tasks import TaskResultStatus, default_task_backend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 
-from leasing.db import database_now
 from leasing.exceptions import PayloadNotSerializable
 from leasing.models import Checkpoint, WorkItem
+from leasing.sql.runner import database_now
 from leasing.tasks import TASK_WORK_TYPE, LeasingBackend
 from tests.testapp import tasks
 

@@ -12,10 +12,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from leasing.enqueue import enqueue, enqueue_many
+from leasing import enqueue, enqueue_many
 from leasing.models import Checkpoint, Worker, WorkItem
-from leasing.worker import Worker as WorkerRuntime
-from leasing.worker import WorkerOptions
+from leasing.worker import WorkerOptions, WorkerRuntime
 from tests.conftest import raise_deadlock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,20 +79,20 @@ def test_burst_drains_a_mixed_queue(leasing_settings):
 
 
 def test_a_deadlocked_claim_and_complete_statement_is_run_again(monkeypatch, caplog):
-    from leasing.lease import LeaseManager
+    from leasing.worker import dispatcher as runtime
 
-    real = LeaseManager.complete_and_acquire
+    real = runtime.complete_and_claim
     aborted = []
 
-    def deadlock_once(self, results, *args, **kwargs):
-        if results and not aborted:
+    def deadlock_once(manager, done, *args, **kwargs):
+        if done and not aborted:
             # What PostgreSQL does to one side of a deadlock: the whole
             # statement is rolled back and Django raises OperationalError.
-            aborted.append([item_id for item_id, _ in results])
+            aborted.append([lease.work_item_id for lease, _ in done])
             raise_deadlock()
-        return real(self, results, *args, **kwargs)
+        return real(manager, done, *args, **kwargs)
 
-    monkeypatch.setattr(LeaseManager, "complete_and_acquire", deadlock_once)
+    monkeypatch.setattr(runtime, "complete_and_claim", deadlock_once)
     enqueue_many([{"task_id": f"t{i}", "work_type": "test.echo"} for i in range(20)])
     with caplog.at_level("WARNING", logger="leasing.worker"):
         summary = runworker("--burst", "--concurrency", "2", "--prefetch", "2")
@@ -108,12 +107,12 @@ def test_a_deadlocked_claim_and_complete_statement_is_run_again(monkeypatch, cap
 def test_a_database_error_that_is_not_a_lock_conflict_still_stops_the_worker(monkeypatch):
     from django.db import ProgrammingError
 
-    from leasing.lease import LeaseManager
+    from leasing.worker import dispatcher as runtime
 
-    def broken(self, *args, **kwargs):
+    def broken(*args, **kwargs):
         raise ProgrammingError("relation does not exist")
 
-    monkeypatch.setattr(LeaseManager, "complete_and_acquire", broken)
+    monkeypatch.setattr(runtime, "complete_and_claim", broken)
     enqueue("t", "test.echo")
     with pytest.raises(ProgrammingError):
         runworker("--burst")
@@ -190,7 +189,7 @@ def test_beat_mode_keeps_the_lease_of_a_beating_handler():
 
 
 def test_beat_mode_lets_a_silent_handler_lose_its_lease():
-    from leasing.recovery import RecoverySweep
+    from leasing.sweep import RecoverySweep
 
     item = enqueue("stuck", "test.beat_sleep", input_data={"seconds": 2.5, "every": 0})
     sweeper = RecoverySweep(scan_interval_seconds=0.2, create_checkpoints=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from leasing.handlers import WorkContext, handler
+from leasing import WorkContext, handler
 
 
 @handler("bench.noop")

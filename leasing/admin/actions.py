@@ -3,7 +3,7 @@
 Each is guarded by the permission `leasing.force_release_workitem`. Choosing
 one shows a confirmation page that asks for a reason and carries each item's
 lease (token and last heartbeat); confirming calls
-`leasing.operations.apply_action` once per item, a fenced compare-and-swap
+`leasing.services.operations.apply_action` once per item, a fenced compare-and-swap
 that also writes the `state_transition` checkpoint. An item whose lease
 changed meanwhile is skipped and reported. The admin itself never writes a
 status.
@@ -23,13 +23,13 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from .. import operations
 from ..exceptions import LeasingError, WorkItemNotFound
 from ..models import WorkItem
+from ..services import operations
 from . import bulk, display
 from .forms import BulkActionForm, OperatorActionForm
 from .guards import refusal_message, unstorable_ids
-from .wording import ACTION_TEXT, APPLIES_TO
+from .wording import ACTION_TEXT
 
 if TYPE_CHECKING:
     from .options import WorkItemAdmin
@@ -217,7 +217,7 @@ def bulk_by_filter(
 def confirmation_page(
     modeladmin: WorkItemAdmin, request: HttpRequest, action: str, form: OperatorActionForm
 ) -> TemplateResponse:
-    applies = APPLIES_TO[action]
+    applies = Action.accepts[action]
     rows = [
         {
             "item": item,

@@ -2,7 +2,7 @@
 
 The confirmation page states how many items match now and refuses more than
 `BULK_LIMIT` (narrow the selection instead). Confirming evaluates the
-selection again and calls `leasing.operations.apply_action` once per item,
+selection again and calls `leasing.services.operations.apply_action` once per item,
 fenced by the lease token read just before: an item whose lease moves on
 while the action runs, or that is no longer in a status the action applies
 to, is skipped and counted. Every change is audited twice: the item's
@@ -22,9 +22,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from .. import operations
 from ..exceptions import LeasingError
 from ..models import WorkItem
+from ..services import operations
 from .forms import BulkActionForm
 from .wording import ACTION_TEXT
 

@@ -1,9 +1,8 @@
-"""How the admin names the operator actions and which statuses each applies to."""
+"""How the admin names the operator actions."""
 
 from __future__ import annotations
 
-from ..models import WorkItemStatus
-from ..operations import Action
+from ..services.operations import Action
 
 ACTION_TEXT = {
     Action.FORCE_RELEASE: {
@@ -25,10 +24,4 @@ ACTION_TEXT = {
         "done": "sent back to pending",
         "explain": "Each failed item goes back to pending with a fresh retry budget.",
     },
-}
-# The statuses the confirmation page marks as "will change" (the service decides).
-APPLIES_TO = {
-    Action.FORCE_RELEASE: {WorkItemStatus.IN_PROGRESS},
-    Action.FORCE_FAIL: {WorkItemStatus.IN_PROGRESS, WorkItemStatus.PENDING},
-    Action.RETRY: {WorkItemStatus.FAILED},
 }

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Min, Q
 from django.db.models.functions import Now, TruncMinute
 
-from ..db import database_now
 from ..models import WorkItem, WorkItemStatus
+from ..sql.runner import database_now
 from .census import FINISHED, CompletedAndFailed, FinishedTotals
 from .durations import age
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..db import database_now
+from ..sql.runner import database_now
 from .backlog import Backlog, Throughput, backlog, throughput
 from .census import RetryDistribution, StatusCounts, cached_retry_distribution
 from .leases import LeaseHealthSummary, lease_health

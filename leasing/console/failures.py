@@ -47,7 +47,7 @@ class LastError:
     traceback: str | None
     at: datetime
     sequence_number: int
-    source: str  # "worker" (the handler raised) or "sweep" (the lease expired)
+    cause: str  # what ended the attempt: "handler failed", "lease expired", ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,26 +57,39 @@ class ItemFailures:
     earlier_attempts_hidden: int
 
 
-def _worker_attempt(snapshot: dict[str, Any], row: dict[str, Any], token: int) -> Attempt:
+# What ended an attempt (the snapshot's `reason`), and what followed.
+ENDINGS = {
+    "handler_error": ("handler failed", "retry scheduled", "no retries left"),
+    "lease_expired": ("lease expired", "re-queued by the sweep", "failed by the sweep"),
+    "timed_out": ("timed out", "retry scheduled", "failed"),
+    "interrupted": ("interrupted by the database", "re-queued, not counted as a retry", "failed"),
+    "output_not_storable": ("output not storable", "retry scheduled", "failed"),
+}
+
+
+def _ended(snapshot: dict[str, Any], row: dict[str, Any], token: int) -> Attempt:
+    """An attempt an `error_boundary` checkpoint records (snapshots before `reason` existed
+    were the worker's handler errors)."""
+    reason = snapshot.get("reason") or "handler_error"
+    cause, retried, failed = ENDINGS.get(reason, ENDINGS["handler_error"])
+    if snapshot.get("will_retry"):
+        outcome, level = f"{cause}: {retried}", "warn"
+    else:
+        retries, budget = snapshot.get("retry_count"), snapshot.get("max_retries")
+        permanent = (
+            reason == "handler_error"
+            and isinstance(retries, int)
+            and isinstance(budget, int)
+            and retries < budget
+        )
+        outcome = f"{cause}: {'permanent error, not retried' if permanent else failed}"
+        level = "bad"
     elapsed = snapshot.get("elapsed_ms")
     started = None
     if isinstance(elapsed, int | float) and elapsed >= 0:
         started = row["created_at"] - timedelta(milliseconds=elapsed)
-    if snapshot.get("permanent"):
-        outcome, level = "handler failed: permanent error, not retried", "bad"
-    elif snapshot.get("will_retry"):
-        outcome, level = "handler failed: retry scheduled", "warn"
-    else:
-        outcome, level = "handler failed: no retries left", "bad"
-    return Attempt(token, snapshot.get("worker_id"), started, row["created_at"], outcome, level)
-
-
-def _sweep_attempt(snapshot: dict[str, Any], row: dict[str, Any], token: int) -> Attempt:
-    if snapshot.get("will_retry"):
-        outcome, level = "lease expired: re-queued by the sweep", "warn"
-    else:
-        outcome, level = "lease expired: failed by the sweep", "bad"
-    return Attempt(token, snapshot.get("lease_holder"), None, row["created_at"], outcome, level)
+    worker = snapshot.get("worker_id") or snapshot.get("lease_holder")
+    return Attempt(token, worker, started, row["created_at"], outcome, level)
 
 
 def _operator_event(snapshot: dict[str, Any], row: dict[str, Any]) -> Attempt:
@@ -96,10 +109,8 @@ def _recorded(row: dict[str, Any]) -> Attempt | None:
         attempt = _operator_event(snapshot, row)
     elif not isinstance(token, int):
         return None
-    elif snapshot.get("reason") == "lease_expired":
-        attempt = _sweep_attempt(snapshot, row, token)
     else:
-        attempt = _worker_attempt(snapshot, row, token)
+        attempt = _ended(snapshot, row, token)
     return replace(
         attempt, error=_text(snapshot.get("error")), sequence_number=row["sequence_number"]
     )
@@ -185,14 +196,14 @@ def _last_error(rows: list[dict[str, Any]]) -> LastError | None:
         if row["checkpoint_type"] != CheckpointType.ERROR_BOUNDARY:
             continue
         error = _text(snapshot.get("error")) or "(no error text recorded)"
-        from_sweep = snapshot.get("reason") == "lease_expired"
+        cause = ENDINGS.get(snapshot.get("reason") or "", ENDINGS["handler_error"])[0]
         return LastError(
             error=error,
             exception_type=_text(snapshot.get("exception_class_path")) or exception_type(error),
             traceback=_text(snapshot.get("traceback")),
             at=row["created_at"],
             sequence_number=row["sequence_number"],
-            source="sweep" if from_sweep else "worker",
+            cause=cause,
         )
     return None
 

@@ -8,46 +8,28 @@ column says and whether or not a sweep is running to mark it lost.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
 
 from ..conf import get_settings
 from ..models import Worker, WorkerRole, WorkerStatus
+from ..sql.processes import SILENT_INTERVALS
 from .durations import duration
 
-SILENT_AFTER = 3  # intervals without a beat after which a process is silent
+SILENT_AFTER = SILENT_INTERVALS  # the sweep marks a process lost after as many
 ALIVE_STATUSES = (WorkerStatus.RUNNING, WorkerStatus.STOPPING)
 
 
 def beat_interval(process: Worker) -> float:
     """The seconds between two beats of `process`: its own interval.
 
-    The one place that knows where the interval comes from. The `workers`
-    table does not record it yet, so a worker is taken to beat every
-    `LEASING["HEARTBEAT_INTERVAL"]`, and a sweeper at the interval its last
-    pass reported, else at the average spacing of its passes, else every
-    `LEASING["SWEEP_INTERVAL"]`. Once the table has `heartbeat_interval`,
-    this becomes `return process.heartbeat_interval`.
+    Every process records it when it registers (`workers.heartbeat_interval`;
+    a sweeper's is its pass interval). Rows registered before the column
+    existed fall back to the configured interval of their role.
     """
+    if process.heartbeat_interval and process.heartbeat_interval > 0:
+        return process.heartbeat_interval
     conf = get_settings()
-    if process.role != WorkerRole.SWEEPER:
-        return conf.heartbeat_interval
-    stats = process.last_scan_stats if isinstance(process.last_scan_stats, dict) else {}
-    declared = _positive(stats.get("interval_seconds"))
-    if declared:
-        return declared
-    if process.scans >= 2 and process.last_scan_at and process.started_at:
-        spacing = (process.last_scan_at - process.started_at).total_seconds() / (process.scans - 1)
-        if spacing > 0:
-            return spacing
-    return conf.sweep_interval
-
-
-def _positive(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
+    return conf.sweep_interval if process.role == WorkerRole.SWEEPER else conf.heartbeat_interval
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from django.db.models import Case, Count, F, Q, Sum, When, Window
 from django.db.models.functions import Now, RowNumber
 
 from ..conf import get_settings
-from ..db import database_now
 from ..models import Worker, WorkerRole, WorkItem
+from ..sql.runner import database_now
 from .durations import age, duration
 from .liveness import SILENT_AFTER, Liveness, liveness
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from leasing import WorkContext, handler
 from leasing.exceptions import PermanentError
-from leasing.handlers import WorkContext, handler
 
 
 @handler("demo.sleep", heartbeat="beat", lease_duration=30, heartbeat_interval=3)

@@ -16,7 +16,7 @@ import django
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     django.setup()
-    from leasing.lease import LeaseManager
+    from leasing import LeaseManager
 
     worker_id, batch = sys.argv[1], int(sys.argv[2])
     manager = LeaseManager(worker_id)

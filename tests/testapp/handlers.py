@@ -11,8 +11,8 @@ import os
 import time
 from typing import Any
 
+from leasing import WorkContext, handler
 from leasing.exceptions import PermanentError
-from leasing.handlers import WorkContext, handler
 
 
 def record(ctx: WorkContext, what: str = "ran") -> None:
@@ -94,3 +94,105 @@ def resumable(ctx: WorkContext) -> Any:
         state = {"i": i + 1}
         ctx.checkpoint("iteration_end", state)
     return {"resumed_at": ctx.resume_state(), "attempt": ctx.attempt}
+
+
+# --- the edges: superseded runs, BaseExceptions, time-outs, bad rows, lost connections ---
+
+
+@handler("test.sleep_token")
+def sleep_token(ctx: WorkContext) -> Any:
+    """Sleeps `seconds` (`later` from the second claim on) and returns its run's token."""
+    data = ctx.input or {}
+    record(ctx, "start")
+    seconds = data.get("seconds", 1) if ctx.lease.token == 1 else data.get("later", 1)
+    time.sleep(float(seconds))
+    record(ctx, "end")
+    return {"token": ctx.lease.token}
+
+
+@handler("test.slow_first_attempt", heartbeat="beat")
+def slow_first_attempt(ctx: WorkContext) -> Any:
+    """Attempt 1 never beats (its lease runs out); later attempts beat while they work."""
+    data = ctx.input or {}
+    record(ctx, "start")
+    if ctx.attempt == 1:
+        time.sleep(float(data.get("first", 4)))
+    else:
+        deadline = time.monotonic() + float(data.get("later", 3))
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            ctx.beat()
+    record(ctx, "end")
+    return {"token": ctx.lease.token}
+
+
+@handler("test.base_exception", max_retries=0)
+def base_exception(ctx: WorkContext) -> Any:
+    """Raises the BaseException its input names, as handler code can."""
+    record(ctx)
+    kind = (ctx.input or {}).get("raise")
+    if kind == "exit":
+        exit(3)
+    if kind == "SystemExit":
+        raise SystemExit(4)
+    if kind == "KeyboardInterrupt":
+        raise KeyboardInterrupt
+    if kind == "GeneratorExit":
+        raise GeneratorExit
+    return {"ok": True}
+
+
+@handler("test.stuck", timeout=2, max_retries=0)
+def stuck(ctx: WorkContext) -> Any:
+    """Ignores everything for up to `seconds`; records when it learns its lease is lost."""
+    deadline = time.monotonic() + float((ctx.input or {}).get("seconds", 20))
+    noticed = False
+    while time.monotonic() < deadline:
+        if ctx.lease_lost and not noticed:
+            record(ctx, "lease_lost")
+            noticed = True
+        time.sleep(0.05)
+    return {"finished": True}
+
+
+@handler("test.surrogate_output")
+def surrogate_output(ctx: WorkContext) -> Any:
+    return {"s": "bad \ud800 text"}
+
+
+@handler("test.db_query")
+def db_query(ctx: WorkContext) -> Any:
+    """Uses the executor's database connection, as most handlers do."""
+    from leasing.models import WorkItem
+
+    record(ctx)
+    return {"found": WorkItem.objects.filter(pk=ctx.lease.work_item_id).exists()}
+
+
+@handler("test.kill_own_connection")
+def kill_own_connection(ctx: WorkContext) -> Any:
+    """PostgreSQL: the server drops this handler's connection in the middle of its work."""
+    from django.db import connection
+
+    record(ctx)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+    with connection.cursor() as cursor:  # the connection is gone: OperationalError
+        cursor.execute("SELECT 1")
+    return {"unreachable": True}
+
+
+@handler("test.locked_once")
+def locked_once(ctx: WorkContext) -> Any:
+    """The first attempt meets a lock timeout (what SQLite reports when its busy wait runs out)."""
+    import sqlite3
+
+    from django.db import OperationalError
+
+    record(ctx)
+    if ctx.lease.interruptions == 0:
+        # What Django raises when SQLite's busy wait runs out.
+        raise OperationalError("database is locked") from sqlite3.OperationalError(
+            "database is locked"
+        )
+    return {"interruptions_before": ctx.lease.interruptions}

@@ -19,8 +19,8 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from ...console.failures import error_groups, group_members
-from ...db import database_now
-from ...operations import Action
+from ...services.operations import Action
+from ...sql.runner import database_now
 from .. import bulk
 from ..display import ItemUrls
 from ..forms import BulkActionForm, ErrorsForm

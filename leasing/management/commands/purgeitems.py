@@ -9,7 +9,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from leasing.exceptions import InvalidInput
 from leasing.management.base import LeasingCommand, positive_int
-from leasing.retention import FINISHED, parse_age, purge_finished_items
+from leasing.services.retention import FINISHED, parse_age, purge_finished_items
 
 
 def age(text: str) -> Any:

@@ -1,4 +1,4 @@
-"""`python manage.py recoverysweep`: the watchdog that recovers expired leases (SPEC §9.2).
+"""`python manage.py recoverysweep`: the watchdog that recovers expired leases.
 
     manage.py recoverysweep                  # loop every LEASING["SWEEP_INTERVAL"] seconds
     manage.py recoverysweep --once --json    # one pass, stats as one JSON line
@@ -18,9 +18,10 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from leasing.exceptions import InvalidInput
+from leasing.exceptions import DatabaseUnavailable, InvalidInput, ProcessIdInUse
 from leasing.management.base import LeasingCommand, positive_float, positive_int
-from leasing.recovery import RecoveryStats, RecoverySweep, describe, schedule_sweep
+from leasing.sweep import RecoveryStats, RecoverySweep, describe
+from leasing.sweep.schedule import schedule_sweep
 
 # How long a stopping sweep may take to finish its current batch.
 STOP_TIMEOUT = 30.0
@@ -133,7 +134,10 @@ class Command(LeasingCommand):
             signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)
         }
         try:
-            sweep.start()
+            try:
+                sweep.start()
+            except (ProcessIdInUse, DatabaseUnavailable) as exc:
+                raise CommandError(str(exc)) from exc
             if self.verbosity > 0:
                 self.stderr.write(
                     f"recovery sweep {sweep.worker_id} running every "

@@ -1,4 +1,4 @@
-"""`python manage.py runworker`: a worker process (SPEC §11.2)."""
+"""`python manage.py runworker`: a worker process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from leasing.exceptions import InvalidInput, LeasingConfigurationError
+from leasing.exceptions import InvalidInput, LeasingConfigurationError, ProcessIdInUse
 from leasing.management.base import (
     LeasingCommand,
     non_empty,
@@ -16,7 +16,7 @@ from leasing.management.base import (
     positive_float,
     positive_int,
 )
-from leasing.worker import Worker, WorkerOptions
+from leasing.worker import WorkerOptions, WorkerRuntime
 
 
 class Command(LeasingCommand):
@@ -95,7 +95,7 @@ class Command(LeasingCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            worker = Worker(
+            worker = WorkerRuntime(
                 WorkerOptions(
                     concurrency=options["concurrency"],
                     work_types=tuple(options["work_types"]),
@@ -119,6 +119,8 @@ class Command(LeasingCommand):
         worker.install_signal_handlers()
         try:
             summary = worker.run()
+        except ProcessIdInUse as exc:
+            raise CommandError(str(exc)) from exc
         finally:
             worker.restore_signal_handlers()
         if options["json"]:
@@ -126,6 +128,15 @@ class Command(LeasingCommand):
         elif options["verbosity"] >= 1:
             counts = ", ".join(
                 f"{name} {getattr(summary, name)}"
-                for name in ("claimed", "completed", "failed", "retried", "lost", "requeued")
+                for name in (
+                    "claimed",
+                    "completed",
+                    "failed",
+                    "retried",
+                    "interrupted",
+                    "timed_out",
+                    "lost",
+                    "requeued",
+                )
             )
             self.stdout.write(f"worker {summary.worker_id} stopped ({summary.reason}): {counts}")

@@ -25,9 +25,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandParser
 
-from leasing.enqueue import enqueue_many
+from leasing import enqueue_many
 from leasing.models import WorkItem
-from leasing.worker import Worker, WorkerOptions
+from leasing.worker import WorkerOptions, WorkerRuntime
 
 DEMO_USER = "demo"
 DEMO_PASSWORD = "leasing-demo"
@@ -68,7 +68,7 @@ class Command(BaseCommand):
         self.stdout.write(self.style.MIGRATE_HEADING("3. A worker over fresh sample items"))
         items = enqueue_many(SAMPLE_ITEMS)
         ids = [item.pk for item in items]
-        worker = Worker(
+        worker = WorkerRuntime(
             WorkerOptions(
                 concurrency=2,
                 poll_interval=0.2,

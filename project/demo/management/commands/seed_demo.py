@@ -30,14 +30,11 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.test.utils import override_settings
 
-from leasing import registry
-from leasing.checkpoints import create_checkpoint, lock_task_sequence
-from leasing.db import Dialect, database_now, dump_json, execute
-from leasing.enqueue import enqueue_many
+from leasing import Lease, LeaseManager, enqueue_many
 from leasing.exceptions import LeasingError
 from leasing.ids import new_ulid
-from leasing.lease import Lease, LeaseManager
 from leasing.models import (
     CheckpointType,
     IdempotencyKey,
@@ -48,7 +45,12 @@ from leasing.models import (
     WorkItem,
     WorkItemStatus,
 )
-from leasing.operations import Action, apply_action
+from leasing.services import processes
+from leasing.services.checkpoints import create_checkpoint, lock_task_sequences
+from leasing.services.operations import Action, apply_action
+from leasing.sql import checkpoints as checkpoints_sql
+from leasing.sql.dialect import Dialect
+from leasing.sql.runner import database_now, dump_json, run
 
 DEFAULT_SCENARIO = Path(settings.BASE_DIR) / "fixtures" / "demo.json"
 ITEM_STATUSES = tuple(WorkItemStatus.values)
@@ -107,9 +109,15 @@ def wipe(using: str = DEFAULT_DB_ALIAS) -> None:
 def seed(
     scenario: dict[str, Any], *, fresh: bool = False, using: str = DEFAULT_DB_ALIAS
 ) -> Summary:
-    """Materialise `scenario` relative to the database clock, in one transaction."""
+    """Materialise `scenario` relative to the database clock, in one transaction.
+
+    The data set shows work types no handler of this site serves (as a real
+    site's producers enqueue work for other services), so it enqueues them
+    as a producer-only process would.
+    """
+    producer = {**getattr(settings, "LEASING", {}), "ALLOW_UNREGISTERED_TYPES": True}
     try:
-        with transaction.atomic(using=using):
+        with override_settings(LEASING=producer), transaction.atomic(using=using):
             if fresh:
                 wipe(using)
             elif (
@@ -162,9 +170,10 @@ class _Seeder:
                 f"{where}: unknown status {status!r}; expected one of "
                 f"{', '.join(WorkerStatus.values)}."
             )
-        registry.register(
+        processes.register(
             worker_id,
             role,
+            heartbeat_interval=float(spec.get("heartbeat_interval", 30)),
             concurrency=int(spec.get("concurrency", 1)),
             work_types=spec.get("work_types", []),
             queues=spec.get("queues", []),
@@ -253,7 +262,7 @@ class _Seeder:
         manager = LeaseManager(holder, using=self.using)
         for attempt in range(retries):
             self._claim(manager, task_id, key, item.pk)
-            manager.release(
+            manager.release_lease(
                 item.pk, False, error=f"demo failure on attempt {attempt + 1}", retry=True
             )
             # Skip the backoff: the next attempt happens now, its time is set below.
@@ -285,9 +294,9 @@ class _Seeder:
             started = self.at(spec.get("started", spec.get("finished", -10) - 5), where)
             self._claim(manager, task_id, key, item.pk)
             if status == WorkItemStatus.COMPLETED:
-                manager.release(item.pk, True, output_data=spec.get("output"))
+                manager.release_lease(item.pk, True, output_data=spec.get("output"))
             else:
-                manager.release(item.pk, False, error=spec.get("error", "demo failure"))
+                manager.release_lease(item.pk, False, error=spec.get("error", "demo failure"))
             updates.update(
                 started_at=started,
                 lease_acquired_at=started,
@@ -340,28 +349,18 @@ class _Seeder:
         created_at: datetime,
     ) -> None:
         """The INSERT of `create_checkpoint()`, with a past `created_at`."""
-        d = Dialect(self.using)
-        lock_task_sequence(self.using, task_id)
-        execute(
-            self.using,
-            f"""
-            INSERT INTO checkpoints (checkpoint_id, task_id, work_item_id, checkpoint_type,
-                                     sequence_number, snapshot_data, metadata, created_at)
-            SELECT %s, %s, %s, %s, COALESCE(MAX(sequence_number), 0) + 1,
-                   {d.json_param()}, {d.json_param()}, %s
-            FROM checkpoints WHERE task_id = %s
-            """,
-            [
-                new_ulid(),
-                task_id,
-                item_id,
-                checkpoint_type,
-                dump_json(snapshot),
-                dump_json(metadata),
-                d.datetime_param(created_at),
-                task_id,
-            ],
+        lock_task_sequences(self.using, [task_id])
+        statement = checkpoints_sql.append(
+            Dialect(self.using),
+            checkpoint_id=new_ulid(),
+            task_id=task_id,
+            item_id=item_id,
+            checkpoint_type=checkpoint_type,
+            snapshot_json=dump_json(snapshot) or "{}",
+            metadata_json=dump_json(metadata),
+            created_at=created_at,
         )
+        run(self.using, statement)
         self.summary.checkpoints[checkpoint_type] += 1
 
     def _live_checkpoint(self, task_id: str, spec: dict[str, Any]) -> None:
@@ -441,7 +440,7 @@ class _Seeder:
             started = finished - rng.uniform(run_low, run_high)
             for attempt in range(retries):
                 self._claim(manager, task_id, "item", item.pk)
-                manager.release(item.pk, False, error="demo: lease expired", retry=True)
+                manager.release_lease(item.pk, False, error="demo: lease expired", retry=True)
                 WorkItem.objects.using(self.using).filter(pk=item.pk).update(run_after=None)
                 self._insert_checkpoint(
                     task_id,
@@ -457,10 +456,10 @@ class _Seeder:
                 )
             self._claim(manager, task_id, "item", item.pk)
             if fails:
-                manager.release(item.pk, False, error="Max retries exceeded")
+                manager.release_lease(item.pk, False, error="Max retries exceeded")
                 status = WorkItemStatus.FAILED
             else:
-                manager.release(item.pk, True, output_data={"ok": True, "n": n})
+                manager.release_lease(item.pk, True, output_data={"ok": True, "n": n})
                 status = WorkItemStatus.COMPLETED
             WorkItem.objects.using(self.using).filter(pk=item.pk).update(
                 created_at=self.at(started - rng.uniform(1, 30) - retries * 60, where),
@@ -475,7 +474,7 @@ class _Seeder:
     # --- idempotency keys -----------------------------------------------------------------------
 
     def _idempotency_key(self, spec: dict[str, Any]) -> None:
-        from leasing.idempotency import request_hash
+        from leasing.services.idempotency import request_hash
 
         key = _text(spec, "key", "idempotency key")
         where = f"idempotency key {key!r}"

@@ -17,10 +17,12 @@ from datetime import timedelta
 
 from django.db import transaction
 
-from . import validation
-from .db import Dialect, execute, translate_db_errors
-from .exceptions import InvalidInput
-from .models import WorkItemStatus
+from .. import validation
+from ..exceptions import InvalidInput
+from ..sql import retention as sql
+from ..sql.dialect import Dialect
+from ..sql.runner import run, run_one, translate_db_errors
+from ..states import WorkItemStatus
 
 FINISHED = (WorkItemStatus.COMPLETED, WorkItemStatus.FAILED)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -38,6 +40,10 @@ def parse_age(text: str) -> timedelta:
     seconds = float(match.group(1)) * _UNITS[match.group(2)]
     if seconds <= 0:
         raise InvalidInput(f"the age must be positive, got {text!r}.")
+    if seconds > validation.MAX_SECONDS:
+        raise InvalidInput(
+            f"the age must be at most {validation.MAX_SECONDS // 86400} days, got {text!r}."
+        )
     return timedelta(seconds=seconds)
 
 
@@ -72,33 +78,17 @@ def purge_finished_items(
             f"only finished statuses ({', '.join(FINISHED)}) can be purged, got {statuses!r}."
         )
     batch_size = validation.integer("batch_size", batch_size, minimum=1, maximum=100_000)
+    age = validation.positive_seconds("older_than", older_than.total_seconds())
     d = Dialect(using)
-    age = d.seconds(older_than.total_seconds(), sign=-1)
-    status_sql, status_params = d.in_list("status", statuses)
     started = time.monotonic()
     if dry_run:
-        rows = execute(
-            using,
-            f"SELECT COUNT(*) AS n FROM work_items WHERE {status_sql} "
-            f"AND completed_at < {d.now_minus()}",
-            [*status_params, age],
-        )
-        return PurgeStats(rows[0]["n"], 0, (time.monotonic() - started) * 1000, True)
+        row = run_one(using, sql.count_finished(d, statuses, age))
+        count = row["n"] if row else 0
+        return PurgeStats(count, 0, (time.monotonic() - started) * 1000, True)
     deleted = batches = 0
     while True:
         with translate_db_errors(), transaction.atomic(using=using):
-            rows = execute(
-                using,
-                f"""
-                DELETE FROM work_items WHERE work_item_id IN (
-                    SELECT work_item_id FROM work_items
-                    WHERE {status_sql} AND completed_at < {d.now_minus()}
-                    LIMIT %s
-                )
-                RETURNING work_item_id
-                """,
-                [*status_params, age, batch_size],
-            )
+            rows = run(using, sql.delete_finished(d, statuses, age, batch_size))
         batches += 1
         deleted += len(rows)
         if len(rows) < batch_size:

@@ -1,6 +1,6 @@
-"""Idempotency keys: run a side effect once per key, even when its item runs twice (SPEC §10).
+"""Idempotency keys: run a side effect once per key, even when its item runs twice.
 
-    from leasing.idempotency import run_once
+    from leasing import run_once
 
     receipt = run_once(
         f"charge:{order_id}", {"order": order_id, "amount": 1200},
@@ -36,28 +36,36 @@ import math
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 from django.db.transaction import TransactionManagementError
 
-from . import validation
-from .conf import get_settings
-from .db import Dialect, execute, load_json
-from .exceptions import (
+from .. import validation
+from ..conf import get_settings
+from ..exceptions import (
     IdempotencyConflict,
     IdempotencyInProgress,
     InvalidDuration,
     InvalidIdempotencyKey,
     InvalidInput,
+    LeaseLostError,
     PayloadNotSerializable,
     WorkItemNotFound,
 )
-from .models import IdempotencyStatus, WorkItem
+from ..sql import idempotency as sql
+from ..sql.checkpoints import lease_fence
+from ..sql.dialect import Dialect
+from ..sql.runner import load_json, run, run_one
+from ..states import IdempotencyStatus
+from .held import Lease
+
+if TYPE_CHECKING:
+    from ..models import WorkItem
 
 logger = logging.getLogger(__name__)
 
-MAX_KEY_LENGTH = 255
+MAX_KEY_LENGTH = validation.MAX_KEY_LENGTH
 # How often a waiting caller looks at a pending key again.
 POLL_INTERVAL = 0.05
 # Claims retried when a concurrent caller changes the row between our reads.
@@ -66,6 +74,7 @@ MAX_CLAIM_ATTEMPTS = 10
 
 def request_hash(request: Any) -> str:
     """`sha256:<hex>` of the canonical JSON of `request` (sorted keys, no spaces)."""
+    validation.payload("request", request, required=True)  # storable JSON, or a clear error
     try:
         canonical = json.dumps(
             request, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -83,9 +92,10 @@ def validate_key(key: Any) -> str:
         raise InvalidIdempotencyKey(
             f"idempotency key must be at most {MAX_KEY_LENGTH} characters, got {len(key)}."
         )
-    if "\x00" in key:
-        raise InvalidIdempotencyKey("idempotency key must not contain NUL characters.")
-    return key
+    try:
+        return validation.storable_text("idempotency key", key)
+    except InvalidInput as exc:
+        raise InvalidIdempotencyKey(str(exc)) from None
 
 
 def _ttl_seconds(ttl: timedelta | float | None) -> float:
@@ -126,6 +136,7 @@ def run_once(
     ttl: timedelta | float | None = None,
     *,
     wait_seconds: float = 0.0,
+    lease: Lease | None = None,
     using: str = "default",
 ) -> Any:
     """Run `fn()` at most once per `key` and return its (stored) response.
@@ -139,7 +150,8 @@ def run_once(
     up to that long for it to finish instead of raising `IdempotencyInProgress`.
 
     If `fn` raises, the key is marked `failed` (so a later call runs it again)
-    and the exception propagates.
+    and the exception propagates. With `lease`, claiming the key is fenced by
+    it: a run whose lease moved on gets `LeaseLostError` and `fn` never runs.
     """
     key = validate_key(key)
     digest = request_hash(request)
@@ -148,7 +160,7 @@ def run_once(
     if task_id is not None:
         task_id = validation.non_empty_text("task_id", task_id)
     item_id: str | None = None
-    if isinstance(work_item, WorkItem):
+    if hasattr(work_item, "work_item_id"):  # a WorkItem
         item_id = work_item.work_item_id
         task_id = task_id or work_item.task_id
     elif work_item is not None:
@@ -161,12 +173,13 @@ def run_once(
             f"wait_seconds must be a finite, non-negative number, got {wait_seconds!r}."
         )
     _ensure_outside_transaction(using)
-    if item_id is not None and not execute(
-        using, "SELECT 1 AS found FROM work_items WHERE work_item_id = %s", [item_id]
-    ):
+    if item_id is not None and not run(using, sql.item_exists(item_id)):
         raise WorkItemNotFound(item_id)
+    if lease is not None and not isinstance(lease, Lease):
+        raise InvalidInput(f"lease must be a Lease, got {lease!r}.")
 
-    claim = _Claim(key, digest, task_id, item_id, ttl_seconds, using)
+    fence = None if lease is None else (lease.work_item_id, lease.worker_id, lease.token)
+    claim = _Claim(sql.KeyClaim(key, task_id, item_id, digest, ttl_seconds, fence), using)
     deadline = time.monotonic() + wait_seconds
     while True:
         outcome = claim.acquire()
@@ -210,49 +223,25 @@ _IN_PROGRESS = object()
 class _Claim:
     """The statements of one `run_once()` call against one key."""
 
-    def __init__(
-        self,
-        key: str,
-        digest: str,
-        task_id: str | None,
-        item_id: str | None,
-        ttl_seconds: float,
-        using: str,
-    ) -> None:
-        self.key = key
-        self.digest = digest
-        self.task_id = task_id
-        self.item_id = item_id
-        self.ttl_seconds = ttl_seconds
+    def __init__(self, spec: sql.KeyClaim, using: str) -> None:
+        self.spec = spec
+        self.key = spec.key
+        self.digest = spec.digest
         self.using = using
         self.d = Dialect(using)
-        # The claim's identity is the row's created_at, compared exactly. SQLite
-        # stores it as text and Django would parse it (and re-format it with
-        # other precision) when read back; the text itself round-trips.
-        self.created = "created_at" if self.d.is_postgres else "CAST(created_at AS TEXT)"
 
     def acquire(self) -> Any:
-        """Claim the key: its new `created_at` (ours), a `_Cached` response, or `_IN_PROGRESS`.
+        """Claim the key: its new claim token (ours), a `_Cached` response, or `_IN_PROGRESS`.
 
-        Raises `IdempotencyConflict` for a live key made for another request.
+        Raises `IdempotencyConflict` for a live key made for another request,
+        `LeaseLostError` when claiming under a lease that moved on.
         """
-        d = self.d
         for _attempt in range(MAX_CLAIM_ATTEMPTS):
-            inserted = execute(
-                self.using,
-                f"""
-                INSERT INTO idempotency_keys (idempotency_key, task_id, work_item_id,
-                                              request_hash, response_data, status,
-                                              created_at, completed_at, expires_at)
-                VALUES (%s, %s, %s, %s, NULL, 'pending', {d.now}, NULL, {d.now_plus()})
-                ON CONFLICT (idempotency_key) DO NOTHING
-                RETURNING {self.created} AS claim
-                """,
-                [self.key, self.task_id, self.item_id, self.digest, d.seconds(self.ttl_seconds)],
-            )
-            if inserted:
-                return inserted[0]["claim"]
-            row = self._read()
+            inserted = run_one(self.using, sql.insert_claim(self.d, self.spec))
+            if inserted is not None:
+                return inserted["claim"]
+            self._ensure_lease_held()
+            row = run_one(self.using, sql.read(self.d, self.key, get_settings().lease_duration))
             if row is None:
                 continue  # deleted (expired) since our INSERT; try again
             if row["expired"]:
@@ -274,72 +263,27 @@ class _Claim:
                 return _IN_PROGRESS
             if taken is not None:
                 return taken
+            self._ensure_lease_held()
         # Every attempt lost a race to a concurrent caller: someone else is on it.
         return _IN_PROGRESS
 
-    def _read(self) -> dict[str, Any] | None:
-        d = self.d
-        rows = execute(
-            self.using,
-            f"""
-            SELECT k.status, k.request_hash, k.response_data,
-                   {"k.created_at" if d.is_postgres else "CAST(k.created_at AS TEXT)"} AS claim,
-                   CASE WHEN k.expires_at IS NOT NULL AND k.expires_at <= {d.now}
-                        THEN 1 ELSE 0 END AS expired,
-                   CASE WHEN k.status <> 'pending' THEN 0
-                        WHEN k.work_item_id IS NULL THEN
-                            CASE WHEN k.created_at > {d.now_minus()} THEN 1 ELSE 0 END
-                        WHEN w.status = 'in_progress' AND w.lease_expires_at > {d.now}
-                             AND (w.lease_acquired_at IS NULL
-                                  OR w.lease_acquired_at <= k.created_at)
-                        THEN 1 ELSE 0 END AS owner_alive
-            FROM idempotency_keys AS k
-            LEFT JOIN work_items AS w ON w.work_item_id = k.work_item_id
-            WHERE k.idempotency_key = %s
-            """,
-            [d.seconds(get_settings().lease_duration, sign=-1), self.key],
-        )
-        return rows[0] if rows else None
+    def _ensure_lease_held(self) -> None:
+        fence = self.spec.lease
+        if fence is not None and not run(self.using, lease_fence(self.d, *fence)):
+            raise LeaseLostError(
+                f"run_once refused: worker {fence[1]!r} no longer holds work item "
+                f"{fence[0]!r} with token {fence[2]}."
+            )
 
     def _take_over(self, row: dict[str, Any]) -> Any:
         """Compare-and-swap the row we read into a fresh pending claim; None if it changed."""
-        d = self.d
-        rows = execute(
-            self.using,
-            f"""
-            UPDATE idempotency_keys
-            SET status = 'pending', request_hash = %s, response_data = NULL,
-                task_id = %s, work_item_id = %s, created_at = {d.now}, completed_at = NULL,
-                expires_at = {d.now_plus()}
-            WHERE idempotency_key = %s AND status = %s AND created_at = %s
-            RETURNING {self.created} AS claim
-            """,
-            [
-                self.digest,
-                self.task_id,
-                self.item_id,
-                d.seconds(self.ttl_seconds),
-                self.key,
-                row["status"],
-                row["claim"],
-            ],
-        )
-        return rows[0]["claim"] if rows else None
+        taken = run_one(self.using, sql.take_over(self.d, self.spec, row["status"], row["claim"]))
+        return None if taken is None else taken["claim"]
 
     def finish(self, claim: Any, status: str, encoded: str | None) -> None:
         """Store the outcome, if the key is still our pending claim."""
-        d = self.d
         try:
-            rows = execute(
-                self.using,
-                f"""
-                UPDATE idempotency_keys
-                SET status = %s, response_data = {d.json_param()}, completed_at = {d.now}
-                WHERE idempotency_key = %s AND status = 'pending' AND created_at = %s
-                RETURNING idempotency_key
-                """,
-                [status, encoded, self.key, claim],
-            )
+            rows = run(self.using, sql.finish(self.d, self.key, claim, status, encoded))
         except Exception:
             if status == IdempotencyStatus.FAILED:
                 # Do not hide fn()'s own exception behind a bookkeeping error;
@@ -364,21 +308,9 @@ def delete_expired_keys(*, using: str = "default", batch_size: int = 1000) -> in
     """
     batch_size = validation.integer("batch_size", batch_size, minimum=1)
     d = Dialect(using)
-    lock = "FOR UPDATE SKIP LOCKED" if d.is_postgres else ""
     total = 0
     while True:
-        rows = execute(
-            using,
-            f"""
-            DELETE FROM idempotency_keys WHERE idempotency_key IN (
-                SELECT idempotency_key FROM idempotency_keys
-                WHERE expires_at IS NOT NULL AND expires_at <= {d.now}
-                LIMIT %s {lock}
-            )
-            RETURNING idempotency_key
-            """,
-            [batch_size],
-        )
+        rows = run(using, sql.delete_expired(d, batch_size))
         total += len(rows)
         if len(rows) < batch_size:
             return total

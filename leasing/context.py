@@ -1,0 +1,136 @@
+"""What a handler gets: its lease, its input and fenced ways to record progress.
+
+    @handler("import_pages")
+    def import_pages(ctx: WorkContext):
+        state = ctx.resume_state() or {"page": 0}
+        ...
+        ctx.checkpoint("iteration_end", state)
+        ctx.beat()
+
+Every write through the context is fenced by the lease (holder and token):
+a run whose lease moved on (recovered by the sweep, force-released by an
+operator, re-claimed even by the same process) writes nothing. Once the
+worker learns the lease is lost (`lease_lost`), writes are refused without
+touching the database.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from . import signals
+from .exceptions import LeaseLostError
+from .heartbeat import Heartbeat
+from .services.checkpoints import create_checkpoint, resume_state
+from .services.held import Lease
+from .services.idempotency import run_once
+
+if TYPE_CHECKING:
+    from .models import Checkpoint
+
+
+class WorkContext:
+    """The context one run of a handler gets (one lease, one heartbeat)."""
+
+    def __init__(self, lease: Lease, heartbeat: Heartbeat, *, using: str = "default") -> None:
+        self.lease = lease
+        self.heartbeat = heartbeat
+        self.using = using
+        self._lost = threading.Event()
+        self._lost_reason = ""
+
+    def __repr__(self) -> str:
+        return f"<WorkContext {self.lease.work_item_id} token={self.lease.token}>"
+
+    @property
+    def input(self) -> Any:
+        return self.lease.input_data
+
+    @property
+    def worker_id(self) -> str:
+        return self.lease.worker_id
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first run, 2 for the first retry, ..."""
+        return self.lease.retry_count + 1
+
+    @property
+    def lease_lost(self) -> bool:
+        return self._lost.is_set()
+
+    @property
+    def lease_lost_reason(self) -> str:
+        return self._lost_reason
+
+    def mark_lease_lost(self, reason: str) -> None:
+        if not self._lost.is_set():
+            self._lost_reason = reason
+            self._lost.set()
+
+    def wait_lease_lost(self, timeout: float | None = None) -> bool:
+        """Block until the lease is lost or `timeout` passes; True if lost."""
+        return self._lost.wait(timeout)
+
+    def _ensure_held(self) -> None:
+        if self._lost.is_set():
+            raise LeaseLostError(
+                f"The lease on work item {self.lease.work_item_id!r} (token {self.lease.token}) "
+                f"was lost ({self._lost_reason}); this write was refused."
+            )
+
+    def beat(self) -> None:
+        """Record proof of progress (and, in `beat` mode, keep the lease alive)."""
+        self.heartbeat.beat()
+        if signals.listened(signals.heartbeat):
+            signals.send_now(signals.heartbeat, WorkContext, signals.lease_event(self.lease))
+
+    def checkpoint(
+        self, checkpoint_type: str, snapshot: Any, metadata: dict[str, Any] | None = None
+    ) -> Checkpoint:
+        """Append a checkpoint for this task, fenced by the lease."""
+        self._ensure_held()
+        try:
+            return create_checkpoint(
+                self.lease.task_id,
+                checkpoint_type,
+                snapshot,
+                metadata=metadata,
+                lease=self.lease,
+                using=self.using,
+            )
+        except LeaseLostError as exc:
+            self.mark_lease_lost(str(exc))
+            raise
+
+    def resume_state(self) -> Any:
+        """The last `iteration_end` snapshot of this task, or None."""
+        return resume_state(self.lease.task_id, using=self.using)
+
+    def run_once(
+        self,
+        key: str,
+        request: Any,
+        fn: Callable[[], Any],
+        *,
+        ttl: timedelta | None = None,
+    ) -> Any:
+        """Run a side effect at most once per idempotency key, under this lease's fence."""
+        self._ensure_held()
+        try:
+            return run_once(
+                key,
+                request,
+                fn,
+                task_id=self.lease.task_id,
+                work_item=self.lease.work_item_id,
+                ttl=ttl,
+                lease=self.lease,
+                using=self.using,
+            )
+        except LeaseLostError as exc:
+            self.mark_lease_lost(str(exc))
+            raise

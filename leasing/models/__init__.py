@@ -1,0 +1,30 @@
+"""The four tables, declared as models.
+
+Table and column names are the product's documented schema, so monitoring SQL
+written against the tables runs unchanged. State changes do not live here:
+they are the conditional statements of `leasing.sql`, called by
+`leasing.services`. The querysets hold the named read filters the services,
+admin and console share.
+"""
+
+from .checkpoints import Checkpoint, CheckpointQuerySet, CheckpointType
+from .idempotency import IdempotencyKey, IdempotencyKeyQuerySet, IdempotencyStatus
+from .processes import Worker, WorkerQuerySet, WorkerRole, WorkerStatus
+from .work_items import LeaseHealth, WorkItem, WorkItemQuerySet, WorkItemStatus
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointQuerySet",
+    "CheckpointType",
+    "IdempotencyKey",
+    "IdempotencyKeyQuerySet",
+    "IdempotencyStatus",
+    "LeaseHealth",
+    "WorkItem",
+    "WorkItemQuerySet",
+    "WorkItemStatus",
+    "Worker",
+    "WorkerQuerySet",
+    "WorkerRole",
+    "WorkerStatus",
+]

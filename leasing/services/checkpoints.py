@@ -1,0 +1,194 @@
+"""Checkpoints: an append-only, per-task sequence of progress snapshots.
+
+`create_checkpoint()` appends with the task's next `sequence_number`;
+concurrent writers never collide and a number is never reused. A checkpoint
+written under a lease is fenced: the item must still be `in_progress` with the
+lease's holder and token, and on PostgreSQL that row stays share-locked until
+the checkpoint commits, so the sweep cannot recover the item halfway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from .. import validation
+from ..exceptions import InvalidInput, LeaseLostError, WorkItemNotFound
+from ..ids import new_ulid
+from ..sql import checkpoints as sql
+from ..sql import work_items as work_items_sql
+from ..sql.dialect import Dialect
+from ..sql.runner import run, run_one, to_datetime, translate_db_errors
+from ..states import CheckpointType
+from .held import Lease
+
+if TYPE_CHECKING:
+    from ..models import Checkpoint, CheckpointQuerySet, WorkItem
+
+
+def lock_task_sequences(using: str, task_ids: Iterable[str]) -> list[str]:
+    """Take the checkpoint locks of these tasks in sorted order (inside a transaction).
+
+    Returns that order. SQLite needs no lock: an IMMEDIATE transaction already
+    holds the only write lock.
+    """
+    ordered = sorted(set(task_ids))
+    if ordered and Dialect(using).is_postgres:
+        run(using, sql.lock_tasks(ordered))
+    return ordered
+
+
+def _item_id(work_item: WorkItem | str | None) -> str | None:
+    if work_item is None:
+        return None
+    if hasattr(work_item, "work_item_id"):  # a WorkItem
+        return work_item.work_item_id
+    return validation.non_empty_text("work_item", work_item)
+
+
+def create_checkpoint(
+    task_id: str,
+    checkpoint_type: str,
+    snapshot: Any,
+    work_item: WorkItem | str | None = None,
+    metadata: dict[str, Any] | None = None,
+    lease: Lease | None = None,
+    *,
+    using: str = "default",
+) -> Checkpoint:
+    """Append a checkpoint to `task_id` and return it.
+
+    With `lease`, the write is fenced by the lease's holder and token and the
+    checkpoint is attached to the leased item; `LeaseLostError` means the lease
+    is gone and nothing was written.
+    """
+    task_id = validation.non_empty_text("task_id", task_id)
+    checkpoint_type = CheckpointType.validate(checkpoint_type)
+    if snapshot is None:
+        raise InvalidInput("snapshot is required; use {} for an empty snapshot.")
+    snapshot_json = validation.payload("snapshot", snapshot, required=True)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidInput(f"metadata must be a dict or None, got {type(metadata).__name__}.")
+    metadata_json = validation.payload("metadata", metadata)
+    item_id = _item_id(work_item)
+    if lease is not None:
+        if not isinstance(lease, Lease):
+            raise InvalidInput(f"lease must be a Lease, got {lease!r}.")
+        if item_id is not None and item_id != lease.work_item_id:
+            raise InvalidInput(
+                f"work_item {item_id!r} is not the leased item {lease.work_item_id!r}."
+            )
+        if lease.task_id != task_id:
+            raise InvalidInput(
+                f"task_id {task_id!r} is not the leased item's task {lease.task_id!r}."
+            )
+        item_id = lease.work_item_id
+
+    d = Dialect(using)
+    checkpoint_id = new_ulid()
+    with translate_db_errors(), transaction.atomic(using=using):
+        if lease is not None:
+            fence = sql.lease_fence(d, lease.work_item_id, lease.worker_id, lease.token)
+            if not run(using, fence):
+                raise LeaseLostError(
+                    f"Checkpoint refused: worker {lease.worker_id!r} no longer holds work item "
+                    f"{lease.work_item_id!r} with token {lease.token}."
+                )
+        elif item_id is not None:
+            found = run_one(using, work_items_sql.exists(item_id))
+            if found is None:
+                raise WorkItemNotFound(item_id)
+            if found["task_id"] != task_id:
+                # A checkpoint filed under another task would be invisible to
+                # that item's resume_state() and timeline.
+                raise InvalidInput(
+                    f"work item {item_id!r} belongs to task {found['task_id']!r}, not {task_id!r}."
+                )
+        lock_task_sequences(using, [task_id])
+        row = run_one(
+            using,
+            sql.append(
+                d,
+                checkpoint_id=checkpoint_id,
+                task_id=task_id,
+                item_id=item_id,
+                checkpoint_type=checkpoint_type,
+                snapshot_json=snapshot_json,  # type: ignore[arg-type]
+                metadata_json=metadata_json,
+            ),
+        )
+    assert row is not None
+    # Models load only after django.setup(); this module must import before it.
+    from ..models import Checkpoint
+
+    checkpoint = Checkpoint(
+        checkpoint_id=checkpoint_id,
+        task_id=task_id,
+        work_item_id=item_id,
+        checkpoint_type=checkpoint_type,
+        sequence_number=row["sequence_number"],
+        snapshot_data=snapshot,
+        metadata=metadata,
+        created_at=to_datetime(row["created_at"]),
+    )
+    checkpoint._state.adding = False
+    checkpoint._state.db = using
+    return checkpoint
+
+
+def checkpoints_for(task_id: str, *, using: str = "default") -> CheckpointQuerySet:
+    """The task's checkpoints in sequence order."""
+    from ..models import Checkpoint  # models load only after django.setup()
+
+    return Checkpoint.objects.using(using).for_task(validation.non_empty_text("task_id", task_id))
+
+
+def latest_checkpoint(
+    task_id: str, checkpoint_type: str | None = None, *, using: str = "default"
+) -> Checkpoint | None:
+    """The task's newest checkpoint (of one type, if given), or None."""
+    qs = checkpoints_for(task_id, using=using)
+    if checkpoint_type is not None:
+        qs = qs.of_type(checkpoint_type)
+    return qs.order_by("-sequence_number").first()
+
+
+def resume_state(task_id: str, *, using: str = "default") -> Any:
+    """The snapshot of the task's last `iteration_end` checkpoint, or None.
+
+    A retried handler starts from here instead of from the beginning.
+    """
+    checkpoint = latest_checkpoint(task_id, CheckpointType.ITERATION_END, using=using)
+    return None if checkpoint is None else checkpoint.snapshot_data
+
+
+def cleanup_checkpoints(
+    retention: int, *, since: datetime | None = None, using: str = "default"
+) -> int:
+    """Keep the newest `retention` checkpoints of each task; return how many were deleted.
+
+    With `since`, only tasks that gained a checkpoint at or after that time are
+    examined (the sweep passes the time of its previous cleanup, so a pass
+    costs what changed, not the size of the table). A task's newest
+    checkpoint always survives (retention >= 1), so the next number is never
+    a reused one.
+    """
+    retention = validation.integer("retention", retention, minimum=1)
+    since = validation.aware_datetime("since", since)
+    d = Dialect(using)
+    with translate_db_errors(), transaction.atomic(using=using):
+        rows = run(using, sql.delete_beyond_retention(d, retention, since))
+    return len(rows)
+
+
+__all__ = [
+    "checkpoints_for",
+    "cleanup_checkpoints",
+    "create_checkpoint",
+    "latest_checkpoint",
+    "lock_task_sequences",
+    "resume_state",
+]

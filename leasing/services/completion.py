@@ -1,0 +1,140 @@
+"""Completing finished items in batches, without letting one bad row fail the batch.
+
+A busy worker completes what its handlers finished with one fenced statement
+per batch (on PostgreSQL together with its next claim). Outputs are validated
+before they get here, so a batch statement rarely fails; if one still does for
+a reason other than the database itself (say a value the column refuses), the
+batch is completed row by row: the good rows commit, and an item whose output
+cannot be stored ends as failed with "output not storable: ...".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import DatabaseError, transaction
+
+from .. import signals
+from ..sql import work_items as sql
+from ..sql.dialect import Dialect
+from ..sql.runner import is_infrastructure_error, run, run_one
+from ..sql.work_items import ClaimFilters, LeaseTerms
+from .endings import fail_attempt
+from .held import Lease
+from .leases import LeaseManager
+
+Finished = tuple[Lease, str | None]  # a lease and its handler's output, encoded as JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What became of a batch of finished items."""
+
+    completed: tuple[Lease, ...] = ()
+    # The lease moved on before the completion (another run owns the item).
+    lost: tuple[Lease, ...] = ()
+    # The output could not be stored: the item failed with that reason.
+    unstorable: tuple[tuple[Lease, str], ...] = ()
+    # Not written because the database went away: try again later.
+    unwritten: tuple[Finished, ...] = ()
+
+
+def _split(
+    manager: LeaseManager, done: Sequence[Finished], written: set[tuple[str, int]]
+) -> Completion:
+    completion = Completion(
+        completed=tuple(lease for lease, _ in done if lease.key in written),
+        lost=tuple(lease for lease, _ in done if lease.key not in written),
+    )
+    _released(manager, completion.completed)
+    return completion
+
+
+def _released(manager: LeaseManager, completed: Sequence[Lease]) -> None:
+    if completed and signals.listened(signals.lease_released):
+        events = [signals.lease_event(lease, status="completed") for lease in completed]
+        signals.send_after_commit(signals.lease_released, LeaseManager, events, using=manager.using)
+
+
+def complete(manager: LeaseManager, done: Sequence[Finished]) -> Completion:
+    """Complete held leases with their outputs in one statement (SQLite: one transaction)."""
+    if not done:
+        return Completion()
+    try:
+        written = _complete_batch(manager, done)
+    except DatabaseError as exc:
+        if is_infrastructure_error(exc):
+            raise
+        return complete_one_by_one(manager, done)
+    manager.held.discard(lease.key for lease, _ in done)
+    return _split(manager, done, written)
+
+
+def _complete_batch(manager: LeaseManager, done: Sequence[Finished]) -> set[tuple[str, int]]:
+    d = Dialect(manager.using)
+    rows_of = [(lease.work_item_id, lease.token, output) for lease, output in done]
+    if d.is_postgres:
+        rows = run(manager.using, sql.complete_batch(d, manager.worker_id, rows_of))
+    else:
+        with transaction.atomic(using=manager.using):
+            rows = [
+                row
+                for item_id, token, output in rows_of
+                for row in run(
+                    manager.using, sql.complete_one(d, manager.worker_id, item_id, token, output)
+                )
+            ]
+    return {(row["work_item_id"], row["lease_token"]) for row in rows}
+
+
+def complete_one_by_one(manager: LeaseManager, done: Sequence[Finished]) -> Completion:
+    """Complete each lease on its own: one bad row fails only its own item."""
+    d = Dialect(manager.using)
+    completed: list[Lease] = []
+    lost: list[Lease] = []
+    unstorable: list[tuple[Lease, str]] = []
+    for index, (lease, output) in enumerate(done):
+        statement = sql.complete_one(d, manager.worker_id, lease.work_item_id, lease.token, output)
+        try:
+            row = run_one(manager.using, statement)
+        except DatabaseError as exc:
+            if is_infrastructure_error(exc):
+                return Completion(
+                    tuple(completed), tuple(lost), tuple(unstorable), tuple(done[index:])
+                )
+            reason = "output not storable: " + (str(exc).strip().splitlines() or ["?"])[0]
+            fail_attempt(manager, lease, reason, retry=False, reason="output_not_storable")
+            unstorable.append((lease, reason))
+            continue
+        (completed if row is not None else lost).append(lease)
+        manager.held.discard([lease.key])
+    _released(manager, completed)
+    return Completion(tuple(completed), tuple(lost), tuple(unstorable))
+
+
+def complete_and_claim(
+    manager: LeaseManager,
+    done: Sequence[Finished],
+    n: int,
+    terms: LeaseTerms,
+    filters: ClaimFilters,
+) -> tuple[Completion, list[Lease]]:
+    """Complete finished items and claim up to `n` new ones, in one round trip on PostgreSQL."""
+    d = Dialect(manager.using)
+    if not done or not d.is_postgres:
+        completion = complete(manager, done)
+        return completion, manager.claim(n, terms, filters)
+    rows_of = [(lease.work_item_id, lease.token, output) for lease, output in done]
+    statement = sql.complete_and_claim(d, manager.worker_id, rows_of, n, terms, filters)
+    try:
+        rows = run(manager.using, statement)
+    except DatabaseError as exc:
+        if is_infrastructure_error(exc):
+            raise
+        completion = complete_one_by_one(manager, done)
+        return completion, manager.claim(n, terms, filters)
+    written = {(row["work_item_id"], row["lease_token"]) for row in rows if row["kind"] == "done"}
+    manager.held.discard(lease.key for lease, _ in done)
+    claimed = manager.leases_from_rows(row for row in rows if row["kind"] == "claimed")
+    return _split(manager, done, written), claimed

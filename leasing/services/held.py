@@ -1,0 +1,180 @@
+"""What a lease is, and the leases a manager holds.
+
+A lease is identified by its item and its fencing token (`Lease.key`): a new
+claim of the same item, even by the same process, is a new lease, and every
+structure that tracks a run is keyed by that pair.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from ..exceptions import LeaseConflictError, LeaseExpiredError, LeaseLostError, WorkItemNotFound
+from ..sql import work_items as sql
+from ..sql.dialect import Dialect
+from ..sql.runner import load_json, run_one, to_datetime
+from ..states import WorkItemStatus
+
+LeaseKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claimed work item, as the claim left it."""
+
+    work_item_id: str
+    task_id: str
+    work_type: str
+    queue_name: str
+    priority: int
+    input_data: Any
+    token: int
+    worker_id: str
+    acquired_at: datetime
+    expires_at: datetime
+    deadline_at: datetime
+    retry_count: int
+    max_retries: int
+    interruptions: int
+    created_at: datetime
+
+    @property
+    def id(self) -> str:
+        return self.work_item_id
+
+    @property
+    def key(self) -> LeaseKey:
+        """What identifies this lease (a new claim of the item is a new lease)."""
+        return (self.work_item_id, self.token)
+
+    @property
+    def cap_seconds(self) -> float:
+        """The most this lease can live, from its claim."""
+        return (self.deadline_at - self.acquired_at).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseOutcome:
+    """What a release did: the item's new status, retry count and `run_after`."""
+
+    work_item_id: str
+    token: int
+    status: str
+    retry_count: int
+    run_after: datetime | None
+
+    @property
+    def will_retry(self) -> bool:
+        return self.status == WorkItemStatus.PENDING
+
+
+def lease_from_row(row: dict[str, Any], worker_id: str) -> Lease:
+    """A claimed row (the lease columns of `sql.work_items`) as a `Lease`."""
+    return Lease(
+        work_item_id=row["work_item_id"],
+        task_id=row["task_id"],
+        work_type=row["work_type"],
+        queue_name=row["queue_name"],
+        priority=row["priority"],
+        input_data=load_json(row["input_data"]),
+        token=row["lease_token"],
+        worker_id=worker_id,
+        acquired_at=to_datetime(row["lease_acquired_at"]),  # type: ignore[arg-type]
+        expires_at=to_datetime(row["lease_expires_at"]),  # type: ignore[arg-type]
+        deadline_at=to_datetime(row["lease_deadline_at"]),  # type: ignore[arg-type]
+        retry_count=row["retry_count"],
+        max_retries=row["max_retries"],
+        interruptions=row["interruptions"],
+        created_at=to_datetime(row["created_at"]),  # type: ignore[arg-type]
+    )
+
+
+def outcome_from_row(row: dict[str, Any]) -> ReleaseOutcome:
+    return ReleaseOutcome(
+        work_item_id=row["work_item_id"],
+        token=row["lease_token"],
+        status=row["status"],
+        retry_count=row["retry_count"],
+        run_after=to_datetime(row["run_after"]),
+    )
+
+
+class HeldLeases:
+    """The leases one manager claimed and has not released or lost (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._leases: dict[LeaseKey, Lease] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def all(self) -> list[Lease]:
+        with self._lock:
+            return list(self._leases.values())
+
+    def get(self, key: LeaseKey) -> Lease | None:
+        with self._lock:
+            return self._leases.get(key)
+
+    def newest(self, work_item_id: str) -> Lease | None:
+        """The newest held lease on an item (callers that name no token mean this one)."""
+        with self._lock:
+            leases = [lease for key, lease in self._leases.items() if key[0] == work_item_id]
+        return max(leases, key=lambda lease: lease.token, default=None)
+
+    def add(self, leases: Iterable[Lease]) -> None:
+        with self._lock:
+            for lease in leases:
+                self._leases[lease.key] = lease
+
+    def discard(self, keys: Iterable[LeaseKey]) -> None:
+        with self._lock:
+            for key in keys:
+                self._leases.pop(key, None)
+
+    def set_expiries(self, expiries: dict[LeaseKey, datetime | None]) -> None:
+        with self._lock:
+            for key, expires_at in expiries.items():
+                lease = self._leases.get(key)
+                if lease is not None and expires_at is not None:
+                    self._leases[key] = replace(lease, expires_at=expires_at)
+
+
+def refusal(
+    using: str, worker_id: str, work_item_id: str, token: int | None, *, renewing: bool
+) -> Exception:
+    """The specific error for a fenced write by `worker_id` that matched no row."""
+    row = run_one(using, sql.lease_state(Dialect(using), work_item_id))
+    if row is None:
+        return WorkItemNotFound(work_item_id)
+    status, holder, current = row["status"], row["lease_holder"], row["lease_token"]
+    if token is None:
+        return LeaseConflictError(
+            f"Worker {worker_id!r} holds no lease on work item {work_item_id!r} "
+            f"(status {status}, holder {holder!r})."
+        )
+    mine = holder == worker_id and current == token
+    if status == WorkItemStatus.IN_PROGRESS and mine and not row["live"]:
+        error: type[Exception] = LeaseExpiredError if renewing else LeaseLostError
+        why = "reached its deadline" if row["past_deadline"] else "has expired"
+        return error(
+            f"The lease of worker {worker_id!r} on work item {work_item_id!r} "
+            f"(token {token}) {why}."
+        )
+    if status == WorkItemStatus.IN_PROGRESS and not mine:
+        error = LeaseConflictError if renewing else LeaseLostError
+        return error(
+            f"Work item {work_item_id!r} is held by {holder!r} with token {current}; "
+            f"worker {worker_id!r} had token {token}."
+        )
+    return LeaseLostError(
+        f"Worker {worker_id!r} no longer holds work item {work_item_id!r} "
+        f"(token {token}): it is now {status}"
+        + (f" with token {current}" if current != token else "")
+        + "."
+    )

@@ -1,0 +1,333 @@
+"""Leases: claiming work items, renewing and releasing them.
+
+Every transition is one conditional statement of `leasing.sql.work_items`. A
+claim is a compare-and-swap on `status = 'pending'` (with SKIP LOCKED on
+PostgreSQL); renewals and releases carry the lease fence (holder, token,
+`in_progress`), so a worker whose lease was recovered and re-claimed (a
+zombie, even one in the same process as the new run) changes nothing.
+
+The manager remembers the leases it claimed, so API callers may name an item
+without its token (the manager then means its newest lease on it); the
+worker runtime always passes the lease itself (`Lease.key`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from .. import signals, validation
+from ..exceptions import InvalidInput
+from ..sql import renewals
+from ..sql import work_items as sql
+from ..sql.dialect import Dialect
+from ..sql.new_items import notify
+from ..sql.renewals import Renewal
+from ..sql.runner import run, run_one, to_datetime
+from ..sql.work_items import ClaimFilters, LeaseTerms
+from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, lease_from_row, outcome_from_row
+from .held import refusal as lease_refusal
+from .terms import claim_filters, claim_terms, error_text, retry_backoff_seconds
+
+MAX_BATCH = 1000
+
+
+class LeaseManager:
+    """Claims, renews and releases leases for one worker id.
+
+    Thread-safe: one manager serves every thread of a worker process (each
+    thread uses its own database connection, as Django gives every thread
+    its own).
+    """
+
+    def __init__(self, worker_id: str, using: str = "default") -> None:
+        self.worker_id = validation.non_empty_text("worker_id", worker_id)
+        self.using = using
+        self.held = HeldLeases()
+
+    def __repr__(self) -> str:
+        return f"<LeaseManager worker_id={self.worker_id!r} held={len(self.held)}>"
+
+    def held_leases(self) -> list[Lease]:
+        """The leases this manager claimed and has not released or lost."""
+        return self.held.all()
+
+    def lease_for(self, work_item_id: str) -> Lease | None:
+        """This manager's newest held lease on the item, if any."""
+        return self.held.newest(work_item_id)
+
+    def _key(self, work_item_id: Any, token: int | None) -> LeaseKey:
+        """The lease a caller means: its explicit token, else the newest one held."""
+        work_item_id = validation.non_empty_text("work_item_id", work_item_id)
+        if token is not None:
+            return (work_item_id, validation.integer("token", token, minimum=0))
+        lease = self.held.newest(work_item_id)
+        if lease is None:
+            raise self.refusal(work_item_id, None, renewing=False)
+        return lease.key
+
+    def refusal(self, work_item_id: str, token: int | None, *, renewing: bool) -> Exception:
+        """The specific error for a fenced write that matched no row (and forget that lease)."""
+        if token is not None:
+            self.held.discard([(work_item_id, token)])
+        return lease_refusal(self.using, self.worker_id, work_item_id, token, renewing=renewing)
+
+    # --- claiming ---------------------------------------------------------------------
+
+    def acquire_lease(
+        self,
+        lease_duration_seconds: float | None = None,
+        work_type_filter: str | Sequence[str] | None = None,
+        task_id_filter: str | None = None,
+        queue_filter: str | Sequence[str] | None = None,
+    ) -> Lease | None:
+        """Claim the highest-priority, earliest available item, or return None."""
+        leases = self.acquire_leases(
+            1, lease_duration_seconds, work_type_filter, task_id_filter, queue_filter
+        )
+        return leases[0] if leases else None
+
+    def acquire_leases(
+        self,
+        n: int,
+        lease_duration_seconds: float | None = None,
+        work_type_filter: str | Sequence[str] | None = None,
+        task_id_filter: str | None = None,
+        queue_filter: str | Sequence[str] | None = None,
+    ) -> list[Lease]:
+        """Claim up to `n` items in one statement, in claim order."""
+        n = validation.integer("n", n, minimum=1, maximum=MAX_BATCH)
+        terms = claim_terms(lease_duration_seconds)
+        filters = claim_filters(work_type_filter, task_id_filter, queue_filter)
+        return self.claim(n, terms, filters)
+
+    def claim(self, n: int, terms: LeaseTerms, filters: ClaimFilters) -> list[Lease]:
+        """Claim up to `n` items with terms and filters validated by the caller."""
+        rows = run(self.using, sql.claim(Dialect(self.using), self.worker_id, n, terms, filters))
+        return self.leases_from_rows(rows)
+
+    def leases_from_rows(self, rows: Iterable[dict[str, Any]]) -> list[Lease]:
+        """Claimed rows as leases, in claim order, remembered as held."""
+        leases = sorted(
+            (lease_from_row(row, self.worker_id) for row in rows),
+            key=lambda lease: (-lease.priority, lease.created_at, lease.work_item_id),
+        )
+        self.held.add(leases)
+        if leases and signals.listened(signals.lease_acquired):
+            events = [signals.lease_event(lease) for lease in leases]
+            signals.send_after_commit(
+                signals.lease_acquired, LeaseManager, events, using=self.using
+            )
+        return leases
+
+    # --- renewing ---------------------------------------------------------------------
+
+    def renew_lease(
+        self,
+        work_item_id: str,
+        lease_duration_seconds: float | None = None,
+        *,
+        token: int | None = None,
+        progress_age_seconds: float | None = None,
+    ) -> bool:
+        """Extend a held lease to now + duration (database clock), never past its deadline.
+
+        `progress_age_seconds` records the handler's last proof of work as
+        `progress_at = now - age`. Raises `LeaseExpiredError` if the lease ran
+        out (a late renewal never resurrects it) or reached its deadline,
+        `LeaseConflictError` if another worker holds the item or its token
+        moved on, `WorkItemNotFound` for an unknown id.
+        """
+        duration = claim_terms(lease_duration_seconds).duration
+        if progress_age_seconds is not None and (
+            isinstance(progress_age_seconds, bool)
+            or not isinstance(progress_age_seconds, int | float)
+            or not 0 <= progress_age_seconds <= validation.MAX_SECONDS
+        ):
+            raise InvalidInput(
+                f"progress_age_seconds must be a non-negative number, got {progress_age_seconds!r}."
+            )
+        item_id, held_token = self._key(work_item_id, token)
+        statement = renewals.renew_one(
+            Dialect(self.using),
+            self.worker_id,
+            item_id,
+            held_token,
+            duration,
+            progress_age_seconds,
+        )
+        row = run_one(self.using, statement)
+        if row is None:
+            raise self.refusal(item_id, held_token, renewing=True)
+        self._renewed({(item_id, held_token): to_datetime(row["lease_expires_at"])})
+        return True
+
+    def renew_leases(
+        self,
+        work_item_ids: Iterable[str] | None = None,
+        lease_duration_seconds: float | None = None,
+        *,
+        progress_ages: dict[str, float] | None = None,
+        extend_below: float | None = None,
+    ) -> tuple[set[str], set[str]]:
+        """Renew held leases (all of them by default) in one statement; `(renewed, lost)` ids.
+
+        With `extend_below`, a lease with more than that many seconds left keeps
+        its expiry and only records the heartbeat (a HOT-eligible update).
+        """
+        duration = claim_terms(lease_duration_seconds).duration
+        below = duration if extend_below is None else extend_below
+        below = min(validation.positive_seconds("extend_below", below), duration)
+        wanted = None if work_item_ids is None else set(work_item_ids)
+        ages = progress_ages or {}
+        renewed, lost = self.renew(
+            [
+                Renewal(lease.work_item_id, lease.token, duration, below, ages.get(lease.id))
+                for lease in self.held.all()
+                if wanted is None or lease.work_item_id in wanted
+            ]
+        )
+        return {key[0] for key in renewed}, {key[0] for key in lost}
+
+    def renew(self, requested: Sequence[Renewal]) -> tuple[set[LeaseKey], set[LeaseKey]]:
+        """Renew these leases (validated by the caller); returns `(renewed, lost)` keys.
+
+        Lost leases (expired, past their deadline, or moved on) are forgotten.
+        """
+        d = Dialect(self.using)
+        renewed: dict[LeaseKey, datetime | None] = {}
+        for start in range(0, len(requested), MAX_BATCH):
+            chunk = list(requested[start : start + MAX_BATCH])
+            if d.is_postgres:
+                rows = run(self.using, renewals.renew_batch_postgres(d, self.worker_id, chunk))
+            else:
+                with transaction.atomic(using=self.using):
+                    rows = [
+                        row
+                        for renewal in chunk
+                        for row in run(
+                            self.using, renewals.renew_lazily(d, self.worker_id, renewal)
+                        )
+                    ]
+            for row in rows:
+                key = (row["work_item_id"], row["lease_token"])
+                renewed[key] = to_datetime(row["lease_expires_at"])
+        lost = {(r.work_item_id, r.token) for r in requested} - set(renewed)
+        self._renewed(renewed)
+        self.held.discard(lost)
+        return set(renewed), lost
+
+    def _renewed(self, expiries: dict[LeaseKey, datetime | None]) -> None:
+        self.held.set_expiries(expiries)
+        if expiries and signals.listened(signals.lease_renewed):
+            signals.send_after_commit(
+                signals.lease_renewed,
+                LeaseManager,
+                lambda: [
+                    self._event(key, expires_at=expires_at) for key, expires_at in expiries.items()
+                ],
+                using=self.using,
+            )
+
+    def _event(self, key: LeaseKey, **extra: Any) -> dict[str, Any]:
+        """A signal's arguments for a lease of this manager (the lease itself if it holds it)."""
+        lease = self.held.get(key)
+        if lease is not None:
+            return signals.lease_event(lease, **extra)
+        return {
+            "lease": None,
+            "work_item_id": key[0],
+            "token": key[1],
+            "worker_id": self.worker_id,
+            **extra,
+        }
+
+    # --- releasing --------------------------------------------------------------------
+
+    def release_lease(
+        self,
+        work_item_id: str,
+        success: bool,
+        output_data: Any = None,
+        error: str | BaseException | None = None,
+        retry: bool = False,
+        *,
+        token: int | None = None,
+    ) -> ReleaseOutcome:
+        """Finish a held lease and say what became of the item.
+
+        Success: `completed` with the output stored. Failure: `failed`, or with
+        `retry=True` and retries left, back to `pending` with `retry_count + 1`
+        and `run_after` set by exponential backoff with jitter. A worker that no
+        longer holds the lease changes nothing and gets `LeaseLostError`.
+        """
+        if not isinstance(success, bool):
+            raise InvalidInput(f"success must be True or False, got {success!r}.")
+        if not isinstance(retry, bool):
+            raise InvalidInput(f"retry must be True or False, got {retry!r}.")
+        output_json = validation.payload("output_data", output_data)
+        message = error_text(error)
+        key = self._key(work_item_id, token)
+        if success:
+            return self.complete_one(key, output_json)
+        lease = self.held.get(key)
+        return self.end_attempt(
+            key, retry=retry, error=message, retry_count=lease and lease.retry_count
+        )
+
+    def complete_one(self, key: LeaseKey, output_json: str | None) -> ReleaseOutcome:
+        """Complete one held lease with its output (already encoded)."""
+        statement = sql.complete_one(Dialect(self.using), self.worker_id, *key, output_json)
+        return self.outcome(key, run_one(self.using, statement))
+
+    def end_attempt(
+        self, key: LeaseKey, *, retry: bool, error: str | None, retry_count: int | None
+    ) -> ReleaseOutcome:
+        """End a failed attempt: retried after a backoff while retries are left, else failed."""
+        statement = sql.end_attempt(
+            Dialect(self.using),
+            self.worker_id,
+            *key,
+            retry=retry,
+            backoff_seconds=retry_backoff_seconds(retry_count or 0),
+            error=error,
+        )
+        return self.outcome(key, run_one(self.using, statement))
+
+    def requeue_lease(self, work_item_id: str, *, token: int | None = None) -> ReleaseOutcome:
+        """Give a held item back to `pending` without counting a retry (a worker stopping)."""
+        return self.requeue(self._key(work_item_id, token), interrupted=False)
+
+    def requeue(
+        self, key: LeaseKey, *, interrupted: bool, error: str | None = None
+    ) -> ReleaseOutcome:
+        """Hand a lease back; `interrupted` counts the attempt in `interruptions`."""
+        d = Dialect(self.using)
+        statement = sql.requeue(
+            d, self.worker_id, *key, interrupted=interrupted, error=error_text(error)
+        )
+        with transaction.atomic(using=self.using):
+            row = run_one(self.using, statement)
+            if row is not None and d.is_postgres:
+                # Another worker can start it now: do not make it wait for a poll.
+                run(self.using, notify([row["queue_name"]]))
+        return self.outcome(key, row)
+
+    def outcome(self, key: LeaseKey, row: dict[str, Any] | None) -> ReleaseOutcome:
+        """The outcome of a fenced release, or the specific error if it matched no row."""
+        if row is None:
+            raise self.refusal(*key, renewing=False)
+        outcome = outcome_from_row(row)
+        if signals.listened(signals.lease_released):
+            events = [self._event(key, status=outcome.status)]
+            signals.send_after_commit(
+                signals.lease_released, LeaseManager, events, using=self.using
+            )
+        self.held.discard([key])
+        return outcome
+
+
+__all__ = ["Lease", "LeaseKey", "LeaseManager", "ReleaseOutcome"]

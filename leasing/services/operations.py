@@ -1,0 +1,183 @@
+"""Operator actions: force-release, force-fail and retry a failed item.
+
+Each action is a fenced compare-and-swap: it applies only if the item is still
+in the status (and, for leased items, has the lease token and heartbeat) the
+operator saw when they confirmed; otherwise it is skipped and the result says
+why. An applied action writes a `state_transition` checkpoint naming the
+actor and the reason in the same transaction, so the audit trail cannot
+disagree with the row. A worker whose lease was force-released finds its
+next renewal, checkpoint or release refused by the fence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from .. import signals, validation
+from ..exceptions import InvalidInput, WorkItemNotFound
+from ..sql import operator as sql
+from ..sql.dialect import Dialect
+from ..sql.runner import run_one, to_datetime, translate_db_errors
+from ..states import CheckpointType, WorkItemStatus
+from .checkpoints import create_checkpoint
+
+
+class Action:
+    FORCE_RELEASE = sql.FORCE_RELEASE
+    FORCE_FAIL = sql.FORCE_FAIL
+    RETRY = sql.RETRY
+
+    choices = (FORCE_RELEASE, FORCE_FAIL, RETRY)
+    # The statuses each action accepts, and the status it leaves.
+    accepts: dict[str, tuple[str, ...]] = {
+        FORCE_RELEASE: (WorkItemStatus.IN_PROGRESS,),
+        FORCE_FAIL: (WorkItemStatus.IN_PROGRESS, WorkItemStatus.PENDING),
+        RETRY: (WorkItemStatus.FAILED,),
+    }
+    leaves: dict[str, str] = {
+        FORCE_RELEASE: WorkItemStatus.PENDING,
+        FORCE_FAIL: WorkItemStatus.FAILED,
+        RETRY: WorkItemStatus.PENDING,
+    }
+    labels: dict[str, str] = {
+        FORCE_RELEASE: "Force-released",
+        FORCE_FAIL: "Force-failed",
+        RETRY: "Retried",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorResult:
+    """The outcome of one operator action on one item."""
+
+    work_item_id: str
+    action: str
+    applied: bool
+    old_status: str | None
+    new_status: str | None
+    detail: str
+
+
+# `expected_heartbeat_at` default: do not compare the heartbeat.
+UNCHECKED: Any = object()
+
+
+def apply_action(
+    action: str,
+    work_item_id: str,
+    *,
+    expected_token: int | None,
+    actor: str,
+    reason: str,
+    expected_heartbeat_at: datetime | None = UNCHECKED,
+    using: str = "default",
+) -> OperatorResult:
+    """Apply one operator action as a fenced compare-and-swap.
+
+    `expected_token` is the `lease_token` the operator saw (None: do not check
+    it); a new claim changes it. `expected_heartbeat_at` is the `heartbeat_at`
+    they saw: every renewal moves it, so a lease renewed since the page was
+    shown is told apart too. A changed status, token or heartbeat skips the
+    item rather than guessing.
+    """
+    if action not in Action.choices:
+        raise InvalidInput(
+            f"Unknown action {action!r}; expected one of {', '.join(Action.choices)}."
+        )
+    work_item_id = validation.non_empty_text("work_item_id", work_item_id)
+    actor = validation.non_empty_text("actor", actor, max_length=150)
+    reason = validation.non_empty_text("reason", reason, max_length=1000).strip()
+    if expected_token is not None:
+        expected_token = validation.integer("expected_token", expected_token, minimum=0)
+
+    d = Dialect(using)
+    allowed = Action.accepts[action]
+    with translate_db_errors(), transaction.atomic(using=using):
+        before = run_one(using, sql.lock_item(d, work_item_id))
+        if before is None:
+            raise WorkItemNotFound(work_item_id)
+        skipped = _skip_reason(before, allowed, expected_token, expected_heartbeat_at)
+        if skipped:
+            return OperatorResult(
+                work_item_id,
+                action,
+                applied=False,
+                old_status=before["status"],
+                new_status=None,
+                detail=f"skipped: {skipped}",
+            )
+        message = f"{Action.labels[action]} by {actor}: {reason}"
+        statement = sql.transition(d, action, work_item_id, allowed, before["lease_token"], message)
+        if run_one(using, statement) is None:  # pragma: no cover - the row is locked
+            return OperatorResult(
+                work_item_id, action, False, before["status"], None, "skipped: changed concurrently"
+            )
+        create_checkpoint(
+            before["task_id"],
+            CheckpointType.STATE_TRANSITION,
+            {
+                "action": action,
+                "actor": actor,
+                "reason": reason,
+                "old_status": before["status"],
+                "new_status": Action.leaves[action],
+                "lease_holder": before["lease_holder"],
+                "lease_token": before["lease_token"],
+                "lease_expires_at": _iso(before["lease_expires_at"]),
+                "retry_count": before["retry_count"],
+            },
+            work_item=work_item_id,
+            metadata={"source": "operator"},
+            using=using,
+        )
+        if action == Action.FORCE_RELEASE and signals.listened(signals.lease_force_released):
+            event = {
+                "lease": None,
+                "work_item_id": work_item_id,
+                "token": before["lease_token"],
+                "worker_id": before["lease_holder"],
+                "actor": actor,
+                "reason": reason,
+            }
+            signals.send_after_commit(signals.lease_force_released, Action, [event], using=using)
+    return OperatorResult(
+        work_item_id,
+        action,
+        applied=True,
+        old_status=before["status"],
+        new_status=Action.leaves[action],
+        detail=message,
+    )
+
+
+def _skip_reason(
+    before: dict[str, Any],
+    allowed: tuple[str, ...],
+    expected_token: int | None,
+    expected_heartbeat_at: datetime | None,
+) -> str | None:
+    """Why the row is no longer the one the operator saw, or None."""
+    if before["status"] not in allowed:
+        return f"it is {before['status']}, not {' or '.join(allowed)}"
+    if expected_token is not None and before["lease_token"] != expected_token:
+        return (
+            "its lease changed since the page was shown "
+            f"(token {expected_token} -> {before['lease_token']})"
+        )
+    if expected_heartbeat_at is not UNCHECKED and (
+        to_datetime(before["heartbeat_at"]) != expected_heartbeat_at
+    ):
+        return "its lease was renewed since the page was shown"
+    return None
+
+
+def _iso(value: Any) -> str | None:
+    dt = to_datetime(value)
+    return None if dt is None else dt.isoformat()
+
+
+__all__ = ["UNCHECKED", "Action", "OperatorResult", "apply_action"]

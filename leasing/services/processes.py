@@ -1,0 +1,91 @@
+"""Worker and sweep processes in the `workers` table: register, beat, record, stop.
+
+A process registers when it starts. An id given by the operator
+(`runworker --worker-id X`) may be reused once its previous process stopped,
+was marked lost or went silent; a live process keeps its id and a second one
+is refused with `ProcessIdInUse`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from .. import validation
+from ..exceptions import ProcessIdInUse
+from ..sql import processes as sql
+from ..sql.dialect import Dialect
+from ..sql.processes import SILENT_INTERVALS
+from ..sql.runner import dump_json, run, run_one
+from ..states import WorkerRole, WorkerStatus
+
+
+def new_process_id(role: str = WorkerRole.WORKER) -> str:
+    """hostname:pid:random: unique per process start, readable in the console."""
+    suffix = secrets.token_hex(3)
+    prefix = "" if role == WorkerRole.WORKER else f"{role}@"
+    return f"{prefix}{socket.gethostname()}:{os.getpid()}:{suffix}"
+
+
+def register(
+    worker_id: str,
+    role: str = WorkerRole.WORKER,
+    *,
+    heartbeat_interval: float,
+    concurrency: int = 1,
+    work_types: Sequence[str] = (),
+    queues: Sequence[str] = (),
+    using: str = "default",
+) -> None:
+    """Insert the process's row (or take over a dead one's); `ProcessIdInUse` if it is live."""
+    worker_id = validation.non_empty_text("worker_id", worker_id)
+    statement = sql.register(
+        Dialect(using),
+        worker_id=worker_id,
+        role=role,
+        hostname=socket.gethostname()[: validation.MAX_KEY_LENGTH],
+        pid=os.getpid(),
+        concurrency=concurrency,
+        work_types_json=dump_json(list(work_types)) or "[]",
+        queues_json=dump_json(list(queues)) or "[]",
+        heartbeat_interval=heartbeat_interval,
+    )
+    if run_one(using, statement) is None:
+        raise ProcessIdInUse(
+            f"worker id {worker_id!r} belongs to a process that is still running (seen within "
+            f"{SILENT_INTERVALS} of its heartbeat intervals); stop it or choose another id."
+        )
+
+
+def beat(worker_id: str, *, completed: int = 0, failed: int = 0, using: str = "default") -> bool:
+    """Refresh `last_seen_at` and add to the counters; False if the row is gone or stopped."""
+    return bool(run(using, sql.beat(Dialect(using), worker_id, completed, failed)))
+
+
+def record_scan(
+    worker_id: str, stats: dict[str, Any], *, recovered: int, failed: int, using: str = "default"
+) -> bool:
+    """A sweeper's pass: count it and keep its stats; False if the row is gone."""
+    statement = sql.record_scan(
+        Dialect(using), worker_id, dump_json(stats) or "{}", recovered, failed
+    )
+    return bool(run(using, statement))
+
+
+def set_status(worker_id: str, status: str, *, using: str = "default") -> None:
+    """Move a process's own row to running, stopping or stopped."""
+    if status not in (WorkerStatus.STOPPING, WorkerStatus.STOPPED, WorkerStatus.RUNNING):
+        raise ValueError(f"a process sets its own status to running/stopping/stopped, not {status}")
+    run(using, sql.set_status(Dialect(using), worker_id, status))
+
+
+def mark_lost(default_interval: float, *, using: str = "default") -> list[str]:
+    """Mark processes silent for 3 of their own intervals `lost`; returns their ids.
+
+    `default_interval` stands in for rows that recorded no interval of their own.
+    """
+    rows = run(using, sql.mark_lost(Dialect(using), default_interval))
+    return [row["worker_id"] for row in rows]

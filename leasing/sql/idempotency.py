@@ -1,0 +1,134 @@
+"""Statements of idempotency keys: claim, read, take over, finish, expire.
+
+A key's claim is its row's `created_at`, compared exactly: a compare-and-swap
+token that changes whenever the key is claimed again. A claim made under a
+lease carries the lease fence, so a run whose lease moved on cannot start a
+side effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..states import IdempotencyStatus
+from .dialect import Dialect
+from .runner import Statement
+from .work_items import IN_PROGRESS, fence
+
+PENDING = f"'{IdempotencyStatus.PENDING.value}'"
+
+
+def _claim_column(d: Dialect, row: str = "") -> str:
+    # SQLite stores the time as text and Django would re-format it when read
+    # back; the text itself round-trips exactly.
+    column = f"{row}.created_at" if row else "created_at"
+    return column if d.is_postgres else f"CAST({column} AS TEXT)"
+
+
+def _fenced(lease: tuple[str, str, int] | None) -> Statement:
+    """`AND EXISTS (the lease is held)` for a claim made under a lease."""
+    if lease is None:
+        return "", []
+    item_id, holder, token = lease
+    sql = f"AND EXISTS (SELECT 1 FROM work_items WHERE work_item_id = %s AND {fence()})"
+    return sql, [item_id, holder, token]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """What a claim of a key writes: the key, whose it is, the request, how long it lives.
+
+    `lease` is (item id, holder, token) when the claim is made under a lease.
+    """
+
+    key: str
+    task_id: str | None
+    item_id: str | None
+    digest: str
+    ttl_seconds: float
+    lease: tuple[str, str, int] | None
+
+
+def insert_claim(d: Dialect, claim: KeyClaim) -> Statement:
+    """Claim an unused key as `pending`; no row comes back if it exists (or the lease is gone)."""
+    fenced, fenced_params = _fenced(claim.lease)
+    sql = f"""
+        INSERT INTO idempotency_keys (idempotency_key, task_id, work_item_id, request_hash,
+                                      response_data, status, created_at, completed_at,
+                                      expires_at)
+        SELECT %s, %s, %s, %s, NULL, {PENDING}, {d.now}, NULL, {d.clock()}
+        WHERE 1 = 1 {fenced}
+        ON CONFLICT (idempotency_key) DO NOTHING
+        RETURNING {_claim_column(d)} AS claim
+    """
+    params: list[Any] = [claim.key, claim.task_id, claim.item_id, claim.digest]
+    return sql, [*params, d.offset(claim.ttl_seconds), *fenced_params]
+
+
+def read(d: Dialect, key: str, default_owner_seconds: float) -> Statement:
+    """The key's state, and whether the run that holds it `pending` is still alive.
+
+    The owner is alive when the key names a work item that is still
+    `in_progress` under a live lease claimed no later than the key; otherwise
+    while the key is younger than `default_owner_seconds`.
+    """
+    sql = f"""
+        SELECT k.status, k.request_hash, k.response_data, {_claim_column(d, "k")} AS claim,
+               CASE WHEN k.expires_at IS NOT NULL AND k.expires_at <= {d.now}
+                    THEN 1 ELSE 0 END AS expired,
+               CASE WHEN k.status <> {PENDING} THEN 0
+                    WHEN k.work_item_id IS NULL THEN
+                        CASE WHEN k.created_at > {d.clock()} THEN 1 ELSE 0 END
+                    WHEN w.status = {IN_PROGRESS} AND w.lease_expires_at > {d.now}
+                         AND (w.lease_acquired_at IS NULL
+                              OR w.lease_acquired_at <= k.created_at)
+                    THEN 1 ELSE 0 END AS owner_alive
+        FROM idempotency_keys AS k
+        LEFT JOIN work_items AS w ON w.work_item_id = k.work_item_id
+        WHERE k.idempotency_key = %s
+    """
+    return sql, [d.offset(-default_owner_seconds), key]
+
+
+def take_over(d: Dialect, claim: KeyClaim, seen_status: str, seen_claim: Any) -> Statement:
+    """Compare-and-swap the row as it was read into a fresh pending claim."""
+    fenced, fenced_params = _fenced(claim.lease)
+    sql = f"""
+        UPDATE idempotency_keys
+        SET status = {PENDING}, request_hash = %s, response_data = NULL,
+            task_id = %s, work_item_id = %s, created_at = {d.now}, completed_at = NULL,
+            expires_at = {d.clock()}
+        WHERE idempotency_key = %s AND status = %s AND created_at = %s {fenced}
+        RETURNING {_claim_column(d)} AS claim
+    """
+    params: list[Any] = [claim.digest, claim.task_id, claim.item_id, d.offset(claim.ttl_seconds)]
+    return sql, [*params, claim.key, seen_status, seen_claim, *fenced_params]
+
+
+def finish(d: Dialect, key: str, claim: Any, status: str, response_json: str | None) -> Statement:
+    """Store the outcome, if the key is still this claim."""
+    sql = f"""
+        UPDATE idempotency_keys
+        SET status = %s, response_data = {d.json()}, completed_at = {d.now}
+        WHERE idempotency_key = %s AND status = {PENDING} AND created_at = %s
+        RETURNING idempotency_key
+    """
+    return sql, [status, response_json, key, claim]
+
+
+def delete_expired(d: Dialect, batch_size: int) -> Statement:
+    """Delete up to `batch_size` expired keys (skipping rows another sweep has locked)."""
+    sql = f"""
+        DELETE FROM idempotency_keys WHERE idempotency_key IN (
+            SELECT idempotency_key FROM idempotency_keys
+            WHERE expires_at IS NOT NULL AND expires_at <= {d.now}
+            LIMIT %s {d.lock_skip_locked()}
+        )
+        RETURNING idempotency_key
+    """
+    return sql, [batch_size]
+
+
+def item_exists(item_id: str) -> Statement:
+    return "SELECT 1 AS found FROM work_items WHERE work_item_id = %s", [item_id]

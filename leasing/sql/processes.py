@@ -1,0 +1,126 @@
+"""Statements of the `workers` table: every worker and sweep process registers there.
+
+A process inserts its row when it starts (or takes over the row of a stopped
+or lost process with the same id), refreshes `last_seen_at` on every beat of
+its own (`heartbeat_interval` seconds apart), and marks itself `stopped` on a
+clean exit. A process not seen for `SILENT_INTERVALS` of its own intervals is
+silent: the sweep marks it `lost`, and the console shows it red.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..states import WorkerStatus
+from .dialect import Dialect
+from .runner import Statement
+
+SILENT_INTERVALS = 3
+RUNNING = f"'{WorkerStatus.RUNNING.value}'"
+STOPPING = f"'{WorkerStatus.STOPPING.value}'"
+LOST = f"'{WorkerStatus.LOST.value}'"
+
+
+def silent(d: Dialect, default_interval: float, row: str = "workers") -> Statement:
+    """The row's process has not beaten for `SILENT_INTERVALS` of its own intervals."""
+    seconds = f"{SILENT_INTERVALS} * COALESCE({row}.heartbeat_interval, %s)"
+    return d.older_than(f"{row}.last_seen_at", seconds), [default_interval]
+
+
+def register(
+    d: Dialect,
+    *,
+    worker_id: str,
+    role: str,
+    hostname: str,
+    pid: int,
+    concurrency: int,
+    work_types_json: str,
+    queues_json: str,
+    heartbeat_interval: float,
+) -> Statement:
+    """Insert the process's row, or take over the row of a stopped, lost or silent one.
+
+    Returns the id, or no row when a live process holds it.
+    """
+    live_check, live_params = silent(d, heartbeat_interval)
+    values = (
+        f"%s, %s, %s, %s, {d.now}, {d.now}, NULL, {RUNNING}, %s, "
+        f"{d.json()}, {d.json()}, 0, 0, 0, 0, %s"
+    )
+    sql = f"""
+        INSERT INTO workers (worker_id, role, hostname, pid, started_at, last_seen_at,
+                             stopped_at, status, concurrency, work_types, queues,
+                             items_completed, items_failed, scans, items_recovered,
+                             heartbeat_interval)
+        VALUES ({values})
+        ON CONFLICT (worker_id) DO UPDATE SET
+            role = excluded.role, hostname = excluded.hostname, pid = excluded.pid,
+            started_at = excluded.started_at, last_seen_at = excluded.last_seen_at,
+            stopped_at = NULL, status = {RUNNING}, concurrency = excluded.concurrency,
+            work_types = excluded.work_types, queues = excluded.queues,
+            heartbeat_interval = excluded.heartbeat_interval
+        WHERE workers.status NOT IN ({RUNNING}, {STOPPING}) OR {live_check}
+        RETURNING worker_id
+    """
+    params: list[Any] = [
+        worker_id,
+        role,
+        hostname,
+        pid,
+        concurrency,
+        work_types_json,
+        queues_json,
+        heartbeat_interval,
+        *live_params,
+    ]
+    return sql, params
+
+
+def beat(d: Dialect, worker_id: str, completed: int, failed: int) -> Statement:
+    """Refresh `last_seen_at`, add to the counters, and come back from `lost`."""
+    sql = f"""
+        UPDATE workers
+        SET last_seen_at = {d.now},
+            items_completed = items_completed + %s, items_failed = items_failed + %s,
+            status = CASE WHEN status = {LOST} THEN {RUNNING} ELSE status END
+        WHERE worker_id = %s AND status IN ({RUNNING}, {STOPPING}, {LOST})
+        RETURNING worker_id
+    """
+    return sql, [completed, failed, worker_id]
+
+
+def record_scan(
+    d: Dialect, worker_id: str, stats_json: str, recovered: int, failed: int
+) -> Statement:
+    """A sweeper's pass: count it and keep its stats for the console."""
+    sql = f"""
+        UPDATE workers
+        SET last_seen_at = {d.now}, last_scan_at = {d.now}, scans = scans + 1,
+            items_recovered = items_recovered + %s, items_failed = items_failed + %s,
+            last_scan_stats = {d.json()},
+            status = CASE WHEN status = {LOST} THEN {RUNNING} ELSE status END
+        WHERE worker_id = %s
+        RETURNING worker_id
+    """
+    return sql, [recovered, failed, stats_json, worker_id]
+
+
+def set_status(d: Dialect, worker_id: str, status: str) -> Statement:
+    """A process's own status change; `stopped` also stamps `stopped_at`."""
+    stopped = f", stopped_at = {d.now}" if status == WorkerStatus.STOPPED else ""
+    return (
+        f"UPDATE workers SET status = %s, last_seen_at = {d.now}{stopped} WHERE worker_id = %s",
+        [status, worker_id],
+    )
+
+
+def mark_lost(d: Dialect, default_interval: float) -> Statement:
+    """Running or stopping processes that went silent become `lost`."""
+    silent_sql, params = silent(d, default_interval)
+    sql = f"""
+        UPDATE workers SET status = {LOST}
+        WHERE status IN ({RUNNING}, {STOPPING}) AND {silent_sql}
+        RETURNING worker_id
+    """
+    return sql, params

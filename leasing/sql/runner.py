@@ -1,0 +1,160 @@
+"""Running catalogue statements: rows as dicts, values decoded, driver errors classified.
+
+A statement is `(sql, params)`. `run()` executes one and returns its rows
+(RETURNING or SELECT). Driver errors are sorted into three kinds the callers
+treat differently:
+
+* an outage (connection refused, dropped, server shutting down): raised as
+  `DatabaseUnavailable`, the caller reconnects and tries again;
+* a lock conflict (deadlock, serialization failure, lock timeout, SQLite's
+  "database is locked"): the statement changed nothing; run it again;
+* anything else (a bad statement, a value the column refuses): a real error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import InterfaceError, OperationalError, connections
+from django.utils.dateparse import parse_datetime
+
+from ..exceptions import DatabaseUnavailable
+from .dialect import Dialect
+
+Statement = tuple[str, list[Any]]
+
+# SQLSTATEs of a lost or unusable connection: 08 (connection exception), the
+# server shutting down or refusing to start one, too many connections, and a
+# session left on a server that became read-only (a demoted primary after a
+# failover): reconnecting is the remedy for each.
+_CONNECTION_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53300", "25006")
+_SQLITE_UNAVAILABLE = ("unable to open", "disk i/o error")
+# Deadlock detected, serialization failure, lock not available (lock_timeout).
+_CONFLICT_SQLSTATES = ("40P01", "40001", "55P03")
+_SQLITE_BUSY = ("database is locked", "database table is locked", "database is busy")
+
+
+def run(using: str, statement: Statement) -> list[dict[str, Any]]:
+    """Execute one statement and return its rows as dicts."""
+    sql, params = statement
+    with translate_db_errors(), connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        description = cursor.description
+        if description is None:
+            return []
+        # psycopg builds `description` anew on every access: read it once.
+        columns = [col[0] for col in description]
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+
+def run_one(using: str, statement: Statement) -> dict[str, Any] | None:
+    rows = run(using, statement)
+    return rows[0] if rows else None
+
+
+@contextlib.contextmanager
+def translate_db_errors() -> Iterator[None]:
+    """Turn a dropped or refused connection into `DatabaseUnavailable`.
+
+    Only connection-level failures are translated: a deadlock, a lock timeout
+    or a bad statement stays the `DatabaseError` it is.
+    """
+    try:
+        yield
+    except InterfaceError as exc:
+        raise DatabaseUnavailable(f"Database unavailable: {exc}") from exc
+    except OperationalError as exc:
+        if is_connection_error(exc):
+            raise DatabaseUnavailable(f"Database unavailable: {exc}") from exc
+        raise
+
+
+def _cause(exc: BaseException) -> BaseException:
+    return exc.__cause__ or exc
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    """The statement was aborted by a lock conflict and changed nothing: run it again."""
+    cause = _cause(exc)
+    if getattr(cause, "sqlstate", None) in _CONFLICT_SQLSTATES:
+        return True
+    return type(cause).__module__.startswith("sqlite3") and any(
+        marker in str(cause).lower() for marker in _SQLITE_BUSY
+    )
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether a driver error means the database is unreachable, not the statement wrong."""
+    if isinstance(exc, DatabaseUnavailable | InterfaceError):
+        return True
+    cause = _cause(exc)
+    sqlstate = getattr(cause, "sqlstate", "missing")
+    if sqlstate != "missing":  # psycopg
+        # No SQLSTATE: the server never answered (refused, reset, timed out).
+        return sqlstate is None or str(sqlstate).startswith(_CONNECTION_SQLSTATES)
+    if type(cause).__module__.startswith("sqlite3"):
+        return any(marker in str(cause).lower() for marker in _SQLITE_UNAVAILABLE)
+    # An error from a driver we do not know is treated as an outage.
+    return True
+
+
+def is_infrastructure_error(exc: BaseException) -> bool:
+    """An outage or a lock conflict: the database's trouble, not the caller's code."""
+    if isinstance(exc, DatabaseUnavailable | InterfaceError):
+        return True
+    if isinstance(exc, OperationalError):
+        return is_lock_conflict(exc) or is_connection_error(exc)
+    return False
+
+
+def dump_json(value: Any) -> str | None:
+    """Encode a payload for a raw JSON parameter (`None` stays SQL NULL)."""
+    if value is None:
+        return None
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def load_json(value: Any) -> Any:
+    """Decode a JSON column read through a raw cursor."""
+    if isinstance(value, str | bytes | bytearray):
+        return json.loads(value)
+    return value
+
+
+def to_datetime(value: Any) -> datetime | None:
+    """An aware UTC datetime from a timestamp column read through a raw cursor."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(f"unparseable timestamp {value!r}")
+        value = parsed
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+def database_now(using: str = "default") -> datetime:
+    """The database clock, as an aware datetime."""
+    row = run_one(using, (f"SELECT {Dialect(using).now} AS now", []))
+    now = to_datetime(row["now"] if row else None)
+    assert now is not None
+    return now
+
+
+def close_connection(using: str) -> None:
+    """Drop this thread's connection (it may be broken) so the next query reconnects.
+
+    Inside an atomic block the owner of the transaction decides; closing
+    there would hide its error.
+    """
+    connection = connections[using]
+    if connection.in_atomic_block:
+        return
+    with contextlib.suppress(Exception):  # closing a dead connection can itself fail
+        connection.close()

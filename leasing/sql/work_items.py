@@ -1,0 +1,336 @@
+"""Statements that change a leased work item: claim, complete, fail/retry, requeue, renew.
+
+Two pieces are written once here and composed into every statement:
+
+* the lease fence, `lease_holder = ? AND lease_token = ? AND status = 'in_progress'`,
+  which every write made under a lease carries, so a worker whose lease moved
+  on (a zombie) changes nothing;
+* the SET lists: a claim, a completion, the end of a failed attempt (retried or
+  failed for good, shared with the sweep), a hand-back.
+
+Renewals are in `leasing.sql.renewals`.
+
+Every time is the database clock. A lease has an expiry (renewed by
+heartbeats) and a deadline (`lease_deadline_at`, fixed at the claim: the
+handler's timeout or `MAX_LEASE_LIFETIME`): no renewal moves the expiry past
+the deadline, so not even a wedged process can keep a lease forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..states import WorkItemStatus
+from .dialect import Dialect
+from .runner import Statement
+
+PENDING = f"'{WorkItemStatus.PENDING.value}'"
+IN_PROGRESS = f"'{WorkItemStatus.IN_PROGRESS.value}'"
+COMPLETED = f"'{WorkItemStatus.COMPLETED.value}'"
+FAILED = f"'{WorkItemStatus.FAILED.value}'"
+
+# What a claim returns: everything a `Lease` carries.
+LEASE_COLUMNS = (
+    "work_item_id",
+    "task_id",
+    "work_type",
+    "queue_name",
+    "priority",
+    "input_data",
+    "lease_token",
+    "lease_acquired_at",
+    "lease_expires_at",
+    "lease_deadline_at",
+    "retry_count",
+    "max_retries",
+    "interruptions",
+    "created_at",
+)
+# Claim order: priority, then the time the item became available (its
+# `run_after`, or its enqueue time), then enqueue order. The partial index
+# `work_items_claim_idx` has exactly these keys.
+AVAILABLE_AT = "COALESCE(run_after, created_at)"
+CLAIM_ORDER = f"priority DESC, {AVAILABLE_AT}, created_at, work_item_id"
+
+LEASE_CLEARED = "lease_holder = NULL, lease_expires_at = NULL, lease_deadline_at = NULL"
+
+
+def fence(row: str = "", token: str = "%s") -> str:
+    """The lease fence; parameters: the holder, then the token (unless `token` is a column)."""
+    p = f"{row}." if row else ""
+    return f"{p}lease_holder = %s AND {p}lease_token = {token} AND {p}status = {IN_PROGRESS}"
+
+
+def _returning(row: str, columns: tuple[str, ...] = LEASE_COLUMNS) -> str:
+    return ", ".join(f"{row}.{c}" if row else c for c in columns)
+
+
+# --- claims ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTerms:
+    """How long a claimed lease lasts, by work type (seconds, validated by the caller).
+
+    `duration` is renewed by heartbeats; `cap` is the most a lease can live
+    from its claim, whatever the renewals. `durations` and `caps` give some
+    work types their own values.
+    """
+
+    duration: float
+    cap: float
+    durations: Mapping[str, float] = field(default_factory=dict)
+    caps: Mapping[str, float] = field(default_factory=dict)
+
+    def duration_for(self, work_type: str) -> float:
+        return self.durations.get(work_type, self.duration)
+
+    def cap_for(self, work_type: str) -> float:
+        return self.caps.get(work_type, self.cap)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFilters:
+    """Which pending items a claim may take (None: any)."""
+
+    work_types: tuple[str, ...] | None = None
+    queues: tuple[str, ...] | None = None
+    task_ids: tuple[str, ...] | None = None
+
+
+def _per_type(d: Dialect, default: float, overrides: Mapping[str, float]) -> Statement:
+    """The clock plus a per-work-type number of seconds, as one expression."""
+    if not overrides:
+        return d.clock(), [d.offset(default)]
+    whens = " ".join(f"WHEN %s THEN {d.clock()}" for _ in overrides)
+    params: list[Any] = [v for t, s in overrides.items() for v in (t, d.offset(s))]
+    return f"CASE work_type {whens} ELSE {d.clock()} END", [*params, d.offset(default)]
+
+
+def _claim_set(d: Dialect, holder: str, terms: LeaseTerms) -> Statement:
+    expiry_by_type = {
+        t: min(terms.duration_for(t), terms.cap_for(t)) for t in {*terms.durations, *terms.caps}
+    }
+    default_expiry = min(terms.duration, terms.cap)
+    expiry, expiry_params = _per_type(
+        d, default_expiry, {t: s for t, s in expiry_by_type.items() if s != default_expiry}
+    )
+    deadline, deadline_params = _per_type(d, terms.cap, terms.caps)
+    sql = f"""
+        status = {IN_PROGRESS}, lease_holder = %s, lease_token = lease_token + 1,
+        lease_acquired_at = {d.now}, lease_expires_at = {expiry},
+        lease_deadline_at = {deadline}, heartbeat_at = {d.now}, progress_at = NULL,
+        started_at = COALESCE(started_at, {d.now}), updated_at = {d.now}
+    """
+    return sql, [holder, *expiry_params, *deadline_params]
+
+
+def _candidates(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, values in (
+        ("work_type", filters.work_types),
+        ("queue_name", filters.queues),
+        ("task_id", filters.task_ids),
+    ):
+        if values is not None:
+            clause, clause_params = d.in_list(column, list(values))
+            clauses.append(f"AND {clause}")
+            params += clause_params
+    sql = f"""
+        SELECT work_item_id FROM work_items
+        WHERE status = {PENDING} AND {AVAILABLE_AT} <= {d.now} {" ".join(clauses)}
+        ORDER BY {CLAIM_ORDER}
+        LIMIT %s
+    """
+    return sql, [*params, n]
+
+
+def claim_ctes(
+    d: Dialect, holder: str, n: int, terms: LeaseTerms, filters: ClaimFilters
+) -> Statement:
+    """PostgreSQL: CTEs `candidate` and `claimed` (the claimed rows' lease columns).
+
+    The candidates are locked with SKIP LOCKED, so concurrent claimers never
+    pick the same row and never wait for one another.
+    """
+    candidates, candidate_params = _candidates(d, filters, n)
+    set_sql, set_params = _claim_set(d, holder, terms)
+    sql = f"""
+        candidate AS ({candidates} FOR UPDATE SKIP LOCKED),
+        claimed AS (
+            UPDATE work_items SET {set_sql}
+            FROM candidate WHERE work_items.work_item_id = candidate.work_item_id
+            RETURNING {_returning("work_items")}
+        )
+    """
+    return sql, [*candidate_params, *set_params]
+
+
+def claim(d: Dialect, holder: str, n: int, terms: LeaseTerms, filters: ClaimFilters) -> Statement:
+    """Claim up to `n` items in claim order; returns their lease columns."""
+    if d.is_postgres:
+        ctes, params = claim_ctes(d, holder, n, terms, filters)
+        return f"WITH {ctes} SELECT {', '.join(LEASE_COLUMNS)} FROM claimed", params
+    # SQLite has one writer at a time; the status re-check makes the UPDATE a
+    # compare-and-swap even if the subquery saw an older row.
+    candidates, candidate_params = _candidates(d, filters, n)
+    set_sql, set_params = _claim_set(d, holder, terms)
+    sql = f"""
+        UPDATE work_items SET {set_sql}
+        WHERE work_item_id IN ({candidates}) AND status = {PENDING}
+        RETURNING {", ".join(LEASE_COLUMNS)}
+    """
+    return sql, [*set_params, *candidate_params]
+
+
+# --- completion ---------------------------------------------------------------------------
+
+
+def _completed_set(d: Dialect, output: str) -> str:
+    return f"""
+        status = {COMPLETED}, output_data = {output}, error_message = NULL,
+        {LEASE_CLEARED}, interruptions = 0, completed_at = {d.now}, updated_at = {d.now}
+    """
+
+
+def complete_batch_postgres(d: Dialect) -> str:
+    """PostgreSQL: complete held leases given as (ids, tokens, outputs) arrays and the holder.
+
+    Fenced per row; returns the (id, token) of each item it completed.
+    """
+    return f"""
+        UPDATE work_items AS w SET {_completed_set(d, "v.output::jsonb")}
+        FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
+        WHERE w.work_item_id = v.id AND {fence("w", token="v.token")}
+        RETURNING w.work_item_id, w.lease_token
+    """
+
+
+def complete_batch(d: Dialect, holder: str, done: list[tuple[str, int, str | None]]) -> Statement:
+    """PostgreSQL: complete many (id, token, output JSON) in one statement."""
+    ids, tokens, outputs = (list(column) for column in zip(*done, strict=True))
+    return complete_batch_postgres(d), [ids, tokens, outputs, holder]
+
+
+def complete_one(
+    d: Dialect, holder: str, item_id: str, token: int, output: str | None
+) -> Statement:
+    sql = f"""
+        UPDATE work_items SET {_completed_set(d, d.json())}
+        WHERE work_item_id = %s AND {fence()}
+        RETURNING work_item_id, lease_token, status, retry_count, run_after
+    """
+    return sql, [output, item_id, holder, token]
+
+
+def complete_and_claim(
+    d: Dialect,
+    holder: str,
+    done: list[tuple[str, int, str | None]],
+    n: int,
+    terms: LeaseTerms,
+    filters: ClaimFilters,
+) -> Statement:
+    """PostgreSQL: complete finished items and claim new ones in one statement.
+
+    Both are data-modifying CTEs on disjoint rows (held `in_progress` vs
+    `pending`), so a busy worker pays one round trip per batch.
+    """
+    ctes, claim_params = claim_ctes(d, holder, n, terms, filters)
+    done_columns = ", ".join(
+        c if c in ("work_item_id", "lease_token") else "NULL" for c in LEASE_COLUMNS
+    )
+    sql = f"""
+        WITH done AS ({complete_batch_postgres(d)}), {ctes}
+        SELECT 'claimed' AS kind, {", ".join(LEASE_COLUMNS)} FROM claimed
+        UNION ALL
+        SELECT 'done', {done_columns} FROM done
+    """
+    _, done_params = complete_batch(d, holder, done)
+    return sql, [*done_params, *claim_params]
+
+
+# --- the end of a failed attempt ---------------------------------------------------------------
+
+
+def attempt_ended_set(
+    d: Dialect, *, retrying: str, run_after: str, error: str, row: str = ""
+) -> str:
+    """SET list for an attempt that ended badly: back to `pending` or `failed` for good.
+
+    `retrying` is a boolean SQL expression (retries left and the policy
+    allows one); `run_after` is when a retry becomes claimable; `error` the
+    message. Shared by a worker's failed release and the sweep's recovery.
+    """
+    p = f"{row}." if row else ""
+    return f"""
+        status = CASE WHEN {retrying} THEN {PENDING} ELSE {FAILED} END,
+        retry_count = CASE WHEN {retrying} THEN {p}retry_count + 1 ELSE {p}retry_count END,
+        run_after = CASE WHEN {retrying} THEN {run_after} ELSE {p}run_after END,
+        completed_at = CASE WHEN {retrying} THEN NULL ELSE {d.now} END,
+        error_message = {error}, interruptions = 0,
+        {LEASE_CLEARED}, updated_at = {d.now}
+    """
+
+
+def end_attempt(
+    d: Dialect,
+    holder: str,
+    item_id: str,
+    token: int,
+    *,
+    retry: bool,
+    backoff_seconds: float,
+    error: str | None,
+) -> Statement:
+    """End a failed attempt: retried after a backoff while retries are left, else failed."""
+    retrying = "retry_count < max_retries" if retry else "1 = 0"
+    set_sql = attempt_ended_set(d, retrying=retrying, run_after=d.clock(), error="%s")
+    sql = f"""
+        UPDATE work_items SET {set_sql}
+        WHERE work_item_id = %s AND {fence()}
+        RETURNING work_item_id, lease_token, status, retry_count, run_after
+    """
+    return sql, [d.offset(backoff_seconds), error, item_id, holder, token]
+
+
+def requeue(
+    d: Dialect, holder: str, item_id: str, token: int, *, interrupted: bool, error: str | None
+) -> Statement:
+    """Give a held item back to `pending` without counting a retry.
+
+    A shutting-down worker hands back what it did not finish; an attempt cut
+    short by the database (a lost connection, a lock timeout) is
+    `interrupted`: it counts in `interruptions`, not in `retry_count`.
+    """
+    interruptions = "interruptions + 1" if interrupted else "interruptions"
+    message = "error_message = %s, " if interrupted else ""
+    sql = f"""
+        UPDATE work_items
+        SET status = {PENDING}, {LEASE_CLEARED}, {message}
+            interruptions = {interruptions}, updated_at = {d.now}
+        WHERE work_item_id = %s AND {fence()}
+        RETURNING work_item_id, lease_token, status, retry_count, run_after, queue_name
+    """
+    return sql, [*([error] if interrupted else []), item_id, holder, token]
+
+
+# --- reads that decide a write ---------------------------------------------------------------
+
+
+def lease_state(d: Dialect, item_id: str) -> Statement:
+    """Why a fenced write matched no row: the item's lease as it is now."""
+    sql = f"""
+        SELECT status, lease_holder, lease_token,
+               CASE WHEN lease_expires_at > {d.now} THEN 1 ELSE 0 END AS live,
+               CASE WHEN lease_deadline_at <= {d.now} THEN 1 ELSE 0 END AS past_deadline
+        FROM work_items WHERE work_item_id = %s
+    """
+    return sql, [item_id]
+
+
+def exists(item_id: str) -> Statement:
+    return "SELECT task_id FROM work_items WHERE work_item_id = %s", [item_id]

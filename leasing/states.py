@@ -1,0 +1,69 @@
+"""The statuses, types and roles of the leasing tables.
+
+Plain enumerations, importable before `django.setup()` (unlike the models),
+so the statement catalogue, the services and the public API can use them at
+import time. `leasing.models` re-exports them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from .exceptions import InvalidCheckpointType
+
+
+class WorkItemStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    IN_PROGRESS = "in_progress", "In progress"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    # Allowed by the schema, as the original design lists it; the sweep moves
+    # an item from in_progress to pending or failed in one statement, so no
+    # row ever rests here.
+    EXPIRED = "expired", "Expired"
+
+
+class LeaseHealth(models.TextChoices):
+    HEALTHY = "healthy", "Healthy"
+    STALE = "stale", "Stale heartbeat"
+    EXPIRED = "expired", "Expired, awaiting sweep"
+
+
+class CheckpointType(models.TextChoices):
+    ITERATION_START = "iteration_start", "Iteration start"
+    ITERATION_END = "iteration_end", "Iteration end"
+    TOOL_EXECUTED = "tool_executed", "Tool executed"
+    LLM_RESPONSE = "llm_response", "LLM response"
+    APPROVAL_POINT = "approval_point", "Approval point"
+    STATE_TRANSITION = "state_transition", "State transition"
+    MANUAL_CHECKPOINT = "manual_checkpoint", "Manual checkpoint"
+    ERROR_BOUNDARY = "error_boundary", "Error boundary"
+
+    @classmethod
+    def validate(cls, value: Any) -> str:
+        if value not in cls.values:
+            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+            raise InvalidCheckpointType(
+                f"Unknown checkpoint type {shown}; expected one of {', '.join(cls.values)}."
+            )
+        return str(value)
+
+
+class IdempotencyStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+
+
+class WorkerRole(models.TextChoices):
+    WORKER = "worker", "Worker"
+    SWEEPER = "sweeper", "Recovery sweep"
+
+
+class WorkerStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    LOST = "lost", "Lost"

@@ -1,0 +1,55 @@
+"""What a sweep pass found and did."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStats:
+    """What one pass of the sweep found and did.
+
+    `expired_found` counts the expired rows this sweep locked (rows another
+    sweep had locked are that sweep's); each is either `recovered` (back to
+    `pending`) or `failed` for good, so across concurrent sweeps the sums add
+    up to the number of items that expired.
+    """
+
+    expired_found: int = 0
+    recovered: int = 0  # re-queued as pending
+    failed: int = 0  # failed for good
+    checkpoints_created: int = 0
+    errors: int = 0
+    scan_duration_ms: float = 0.0
+    checkpoints_deleted: int = 0
+    keys_expired: int = 0
+    workers_lost: int = 0
+    batches: int = 0
+    scanned_at: datetime | None = None  # the database clock when the pass began
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-serializable dict (for `--json`, django-q2 and the workers table)."""
+        data = dataclasses.asdict(self)
+        data["scanned_at"] = None if self.scanned_at is None else self.scanned_at.isoformat()
+        return data
+
+
+# The counts a pass adds up (everything but the duration and the time).
+COUNTED = tuple(
+    f.name
+    for f in dataclasses.fields(RecoveryStats)
+    if f.name not in ("scan_duration_ms", "scanned_at")
+)
+
+
+def describe(stats: RecoveryStats) -> str:
+    """One human-readable line for a pass."""
+    return (
+        f"{stats.expired_found} expired: {stats.recovered} re-queued, {stats.failed} failed; "
+        f"{stats.checkpoints_created} checkpoints written, {stats.checkpoints_deleted} pruned; "
+        f"{stats.keys_expired} idempotency keys expired; {stats.workers_lost} workers lost; "
+        f"{stats.errors} errors; {stats.scan_duration_ms:.0f} ms"
+    )

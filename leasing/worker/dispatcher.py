@@ -1,0 +1,215 @@
+"""The dispatcher's round trip: complete what finished, claim what fits, hand it to executors.
+
+On PostgreSQL one statement does both halves; finished items wait a moment
+for company, so one round trip completes and claims many at once. Handlers
+faster than `FAST_HANDLER_SECONDS` on average let the dispatcher claim a
+little ahead (prefetch), so executors never wait for the round trip; slow
+work is never hoarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from django.db import DatabaseError
+
+from ..exceptions import DatabaseUnavailable
+from ..services.completion import Completion, complete, complete_and_claim
+from ..services.held import Lease
+from ..services.leases import LeaseManager
+from ..sql.runner import close_connection, is_lock_conflict
+from .executors import ExecutorPool
+from .options import WorkerConfig
+from .outcomes import Counters, one_line
+from .slots import Slot, SlotTable
+
+logger = logging.getLogger("leasing.worker")
+
+# Handlers faster than this on average let the dispatcher claim ahead.
+FAST_HANDLER_SECONDS = 0.05
+PREFETCH_AHEAD_SECONDS = 0.1
+MAX_PREFETCH = 256
+
+Finished = tuple[Slot, str | None]  # a slot and its handler's output, encoded as JSON
+
+
+class Dispatcher:
+    """Owns the finished results waiting to be written and the claims in flight."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        manager: LeaseManager,
+        slots: SlotTable,
+        pool: ExecutorPool,
+        counters: Counters,
+        *,
+        on_done: Callable[[Slot], None],
+        wake: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.manager = manager
+        self.slots = slots
+        self.pool = pool
+        self.counters = counters
+        self.on_done = on_done
+        self.wake = wake
+        self._finished: list[Finished] = []
+        self._lock = threading.Lock()
+        self._avg_run_seconds: float | None = None
+
+    # --- results from the executors ----------------------------------------------------
+
+    def on_output(self, slot: Slot, output_json: str | None) -> None:
+        """An executor's handler returned: queue its result for the next round trip."""
+        elapsed = slot.elapsed_ms() / 1000
+        average = self._avg_run_seconds
+        self._avg_run_seconds = elapsed if average is None else 0.8 * average + 0.2 * elapsed
+        with self._lock:
+            self._finished.append((slot, output_json))
+        self.wake()
+
+    def finished_count(self) -> int:
+        with self._lock:
+            return len(self._finished)
+
+    def worth_a_round_trip(self) -> bool:
+        """Finished results wait, and executors are about to run dry or a full batch piled up."""
+        finished = self.finished_count()
+        return bool(finished) and (
+            self.pool.backlog() < self.config.concurrency or finished >= max(1, self.prefetch())
+        )
+
+    # --- the round trip ------------------------------------------------------------------
+
+    def max_items_reached(self) -> bool:
+        limit = self.config.max_items
+        return limit is not None and self.counters.claimed >= limit
+
+    def prefetch(self) -> int:
+        if self.config.prefetch is not None:
+            return self.config.prefetch
+        average = self._avg_run_seconds
+        if average is not None and average < FAST_HANDLER_SECONDS:
+            # Claim about PREFETCH_AHEAD_SECONDS of work ahead, so executors stay
+            # busy while the dispatcher round-trips and each round trip is a batch.
+            ahead = int(PREFETCH_AHEAD_SECONDS / max(average, 1e-4))
+            return min(MAX_PREFETCH, max(4 * self.config.concurrency, ahead))
+        return 0
+
+    def _capacity(self, finishing: int) -> int:
+        c = self.config
+        capacity = c.concurrency + self.prefetch() - (len(self.slots) - finishing)
+        if c.max_items is not None:
+            capacity = min(capacity, c.max_items - self.counters.claimed)
+        return capacity
+
+    def _take(self) -> list[Finished]:
+        with self._lock:
+            batch, self._finished = self._finished, []
+        return batch
+
+    def _put_back(self, batch: list[Finished]) -> None:
+        with self._lock:
+            self._finished[:0] = batch
+
+    def cycle(self, *, claiming: bool) -> int:
+        """Complete what finished and (when `claiming`) claim what fits; returns the claims."""
+        batch = self._take()
+        done = [(slot.lease, output) for slot, output in batch]
+        capacity = self._capacity(len(batch)) if claiming else 0
+        c = self.config
+        try:
+            if capacity > 0:
+                completion, leases = complete_and_claim(
+                    self.manager, done, capacity, c.terms, c.filters
+                )
+            else:
+                completion, leases = complete(self.manager, done), []
+        except BaseException:
+            self._put_back(batch)  # written after reconnecting
+            raise
+        self._finish(batch, completion)
+        return self._start(leases)
+
+    def _finish(self, batch: list[Finished], completion: Completion) -> None:
+        slot_of = {slot.key: slot for slot, _ in batch}
+        for lease in completion.completed:
+            slot = slot_of[lease.key]
+            logger.debug(
+                "done %s (%s) in %d ms", lease.work_item_id, lease.work_type, slot.elapsed_ms()
+            )
+            self.on_done(slot)
+        for lease in completion.lost:
+            logger.warning(
+                "lease on %s (%s, token %d) was lost before completion; result discarded "
+                "(another run or the sweep owns it now)",
+                lease.work_item_id,
+                lease.work_type,
+                lease.token,
+            )
+            self.on_done(slot_of[lease.key])
+        for lease, reason in completion.unstorable:
+            logger.error("failed %s (%s): %s", lease.work_item_id, lease.work_type, reason)
+            self.on_done(slot_of[lease.key])
+        unwritten = {lease.key for lease, _ in completion.unwritten}
+        if unwritten:
+            self._put_back([entry for entry in batch if entry[0].key in unwritten])
+        self.counters.add(
+            completed=len(completion.completed),
+            lost=len(completion.lost),
+            failed=len(completion.unstorable),
+        )
+
+    def _start(self, leases: list[Lease]) -> int:
+        for lease in leases:
+            slot = Slot(
+                lease,
+                self.config.specs[lease.work_type],
+                self.config.terms.duration_for(lease.work_type),
+            )
+            self.slots.add(slot)
+            logger.debug(
+                "claimed %s (%s, token %d, attempt %d/%d)",
+                lease.work_item_id,
+                lease.work_type,
+                lease.token,
+                lease.retry_count + 1,
+                lease.max_retries + 1,
+            )
+            self.pool.submit(slot)
+        if leases:
+            self.counters.add(claimed=len(leases))
+        return len(leases)
+
+    # --- shutting down --------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Complete finished items (no claims); database trouble is retried later."""
+        try:
+            self.cycle(claiming=False)
+        except DatabaseUnavailable as exc:
+            logger.warning("completing finished items failed: %s", one_line(exc))
+            close_connection(self.config.using)
+        except DatabaseError as exc:
+            if not is_lock_conflict(exc):
+                raise
+            logger.warning("completing finished items failed: %s", one_line(exc))
+
+    def flush_until_written(self) -> None:
+        """Do not exit holding results the database has not taken yet.
+
+        Tries until they are written, or their leases surely ran out (the
+        sweep owns those items then).
+        """
+        while True:
+            with self._lock:
+                self._finished = [e for e in self._finished if not e[0].lease_surely_expired()]
+                if not self._finished:
+                    return
+            self.flush()
+            if self.finished_count():
+                time.sleep(0.2)

@@ -1,0 +1,203 @@
+"""Executor threads: each runs one handler at a time, with its own database connection.
+
+Nothing a handler raises kills its executor: every exception (`SystemExit`,
+`KeyboardInterrupt` and `GeneratorExit` included) ends the run as a failure,
+an interruption or a permanent failure, and the executor takes the next slot.
+If an executor thread dies all the same, the dispatcher's `supervise()` hands
+its run's lease back and starts a new executor; an executor whose handler
+outlived its lease's deadline is retired the same way, so the process keeps
+`concurrency` executors that can work.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from django.db import connections
+
+from .. import validation
+from ..context import WorkContext
+from ..heartbeat import LeaseExtender, LeaseExtenderConfig
+from ..sql.runner import close_connection
+from .outcomes import Recorder
+from .slots import Slot, SlotState, SlotTable
+
+logger = logging.getLogger("leasing.worker")
+
+# A connection idle this long is checked (SELECT 1) before a handler gets it,
+# as Django checks one per request: a connection the server dropped while
+# idle must not fail the next handler's first query.
+IDLE_CHECK_SECONDS = 1.0
+
+
+class Executor(threading.Thread):
+    """One handler thread; `slot` is the run it is on (None between runs)."""
+
+    def __init__(self, pool: ExecutorPool, index: int) -> None:
+        super().__init__(name=f"executor-{index}", daemon=True)
+        self.pool = pool
+        self.slot: Slot | None = None
+        self.retired = False
+        self.last_used = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            while not self.retired:
+                slot = self.pool.work.get()
+                if slot is None:
+                    return
+                self.slot = slot
+                self.pool.execute(self, slot)
+                self.slot = None
+                self.last_used = time.monotonic()
+        finally:
+            close_connection(self.pool.using)
+
+
+class ExecutorPool:
+    """`concurrency` executors fed from one queue of claimed slots."""
+
+    def __init__(
+        self,
+        *,
+        concurrency: int,
+        using: str,
+        slots: SlotTable,
+        recorder: Recorder,
+        extender_interval: float,
+        heartbeat_intervals: dict[str, float] | None = None,
+        on_output: Callable[[Slot, str | None], None],
+        on_done: Callable[[Slot], None],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.concurrency = concurrency
+        self.using = using
+        self.slots = slots
+        self.recorder = recorder
+        self.extender_interval = extender_interval
+        self.heartbeat_intervals = heartbeat_intervals or {}
+        self.on_output = on_output
+        self.on_done = on_done
+        self.stopping = stopping
+        self.work: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
+        self.executors: list[Executor] = []
+        self._started = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for _ in range(self.concurrency):
+            self._spawn()
+
+    def _spawn(self) -> Executor:
+        with self._lock:
+            executor = Executor(self, self._started)
+            self._started += 1
+            self.executors.append(executor)
+        executor.start()
+        return executor
+
+    def submit(self, slot: Slot) -> None:
+        self.work.put(slot)
+
+    def backlog(self) -> int:
+        return self.work.qsize()
+
+    def retire(self, executor: Executor, why: str) -> None:
+        """Stop counting on an executor (stuck or dead) and start another in its place."""
+        with self._lock:
+            if executor.retired or executor not in self.executors:
+                return
+            executor.retired = True
+            self.executors.remove(executor)
+        logger.warning("replacing %s: %s", executor.name, why)
+        self._spawn()
+
+    def supervise(self) -> list[Slot]:
+        """Replace executors that died; returns the runs they left behind (to hand back)."""
+        orphans = []
+        for executor in list(self.executors):
+            if executor.is_alive():
+                continue
+            slot = executor.slot
+            self.retire(executor, "its thread ended unexpectedly")
+            if slot is not None and self.slots.transition(
+                slot, SlotState.RUNNING, SlotState.ABANDONED
+            ):
+                slot.lose("its executor thread died")
+                orphans.append(slot)
+        return orphans
+
+    def stop(self) -> None:
+        with self._lock:
+            executors = list(self.executors)
+        for _ in executors:
+            self.work.put(None)
+
+    # --- one run ---------------------------------------------------------------------
+
+    def execute(self, executor: Executor, slot: Slot) -> None:
+        """Run a slot's handler and hand its outcome on; never raises."""
+        if not self.slots.start(slot, executor):
+            return  # abandoned while it waited (its lease was lost)
+        if self.stopping():
+            # Shutting down: hand unstarted work back at once.
+            self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED)
+            self.recorder.hand_back(slot, "worker stopping before it started")
+            self.on_done(slot)
+            return
+        self._check_connection(executor)
+        context = WorkContext(slot.lease, slot.heartbeat, using=self.using)
+        slot.context = context
+        try:
+            output = self._call(slot, context)
+            output_json = validation.payload("handler output", output)
+        except BaseException as exc:
+            if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
+                self._record_failure(slot, exc)
+            return
+        if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
+            self.on_output(slot, output_json)
+        # Otherwise the run was abandoned (it outlived its deadline or lost its
+        # lease and was timed out): its ending is written already; drop the result.
+
+    def _record_failure(self, slot: Slot, exc: BaseException) -> None:
+        try:
+            self.recorder.failure(slot, exc)
+        except Exception:  # a bug of ours must not kill the executor or strand the lease
+            logger.exception("recording the failure of %s failed", slot.lease.work_item_id)
+            self.recorder.hand_back(slot, "its failure could not be recorded")
+        finally:
+            self.on_done(slot)
+
+    def _call(self, slot: Slot, context: WorkContext) -> object:
+        spec = slot.spec
+        if spec.heartbeat != "beat":
+            return spec.func(context)
+        interval = min(
+            self.extender_interval,
+            self.heartbeat_intervals.get(spec.work_type, slot.lease_duration),
+        )
+        extender = LeaseExtender(
+            LeaseExtenderConfig(
+                interval=min(interval, slot.lease_duration / 2), extension=slot.lease_duration
+            ),
+            using=self.using,
+            on_lease_lost=lambda _id, exc: context.mark_lease_lost(str(exc)),
+        )
+        with extender.attach(slot.lease, slot.heartbeat):
+            return spec.func(context)
+
+    def _check_connection(self, executor: Executor) -> None:
+        """Before a handler gets this thread's connection: drop it if the server did."""
+        connection = connections[self.using]
+        if connection.connection is None:
+            return
+        if connection.errors_occurred or time.monotonic() - executor.last_used > IDLE_CHECK_SECONDS:
+            if not connection.is_usable():
+                close_connection(self.using)
+            else:
+                connection.close_if_unusable_or_obsolete()

@@ -1,0 +1,106 @@
+"""One thread per worker process renewing the leases it may keep alive.
+
+Each interval it renews every renewable slot's lease in one statement (a
+lease with more than half its duration left only records the heartbeat: a
+HOT-eligible update), records the handlers' progress as `progress_at`, and
+beats the process's `workers` row. Leases the database no longer shows as
+held (expired, past their deadline, moved on) are reported through
+`on_lease_lost`; after `max_failures` consecutive failed rounds every lease
+is reported lost, as the process can no longer prove it is alive.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from django.db import DatabaseError
+
+from ..exceptions import DatabaseUnavailable, LeaseExpiredError
+from ..services.leases import LeaseManager
+from ..sql.renewals import Renewal
+from ..sql.runner import close_connection
+from ..threads import IntervalThread
+from .slots import Slot, SlotState, SlotTable
+
+logger = logging.getLogger("leasing.worker")
+
+
+class LeaseRenewer(IntervalThread):
+    """Renews the renewable slots of a `SlotTable` every `interval_seconds`."""
+
+    def __init__(
+        self,
+        manager: LeaseManager,
+        slots: SlotTable,
+        *,
+        interval_seconds: float,
+        on_lease_lost: Callable[[Slot, BaseException], None],
+        on_tick: Callable[[], None] | None = None,
+        max_failures: int = 3,
+    ) -> None:
+        self.manager = manager
+        self.slots = slots
+        self.on_lease_lost = on_lease_lost
+        self.on_tick = on_tick
+        self.max_failures = max_failures
+        self.consecutive_failures = 0
+        self.rounds = 0
+        super().__init__(name="lease-renewer", interval=interval_seconds, using=manager.using)
+
+    def tick(self) -> None:
+        self.renew_now()
+
+    def tracked(self) -> list[Slot]:
+        """The slots this renewer keeps alive: running beat-mode ones extend themselves."""
+        return [
+            slot
+            for slot in self.slots.renewable()
+            if not (slot.state is SlotState.RUNNING and slot.spec.heartbeat == "beat")
+        ]
+
+    def renew_now(self) -> None:
+        """One renewal round (also called directly by tests)."""
+        tracked = self.tracked()
+        renewals = [
+            Renewal(
+                slot.lease.work_item_id,
+                slot.lease.token,
+                slot.lease_duration,
+                slot.lease_duration / 2,
+                slot.heartbeat.elapsed() if slot.heartbeat.beats else None,
+            )
+            for slot in tracked
+        ]
+        started = time.monotonic()
+        try:
+            renewed, lost = self.manager.renew(renewals) if renewals else (set(), set())
+            if self.on_tick is not None:
+                self.on_tick()
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            self.consecutive_failures += 1
+            logger.warning(
+                "lease renewal round failed (%d/%d): %s",
+                self.consecutive_failures,
+                self.max_failures,
+                exc,
+            )
+            close_connection(self.manager.using)
+            if self.consecutive_failures >= self.max_failures:
+                for slot in tracked:
+                    self.on_lease_lost(slot, exc)
+            return
+        self.consecutive_failures = 0
+        self.rounds += 1
+        for slot in tracked:
+            if slot.key in renewed:
+                slot.renewed_at = started
+            elif slot.key in lost:
+                self.on_lease_lost(
+                    slot,
+                    LeaseExpiredError(
+                        f"lease on {slot.lease.work_item_id} (token {slot.lease.token}) "
+                        "expired, reached its deadline or moved on"
+                    ),
+                )

@@ -1,0 +1,139 @@
+"""The runs a worker process has in flight, keyed by lease (item and token).
+
+A slot is one run of one lease, from its claim until its outcome is written.
+The key is `Lease.key`: if an operator force-releases an item (or the sweep
+recovers it) and this same process claims it again, the new run is a new
+slot, and nothing the old run does (finish, renew, fail) can touch it.
+
+    queued  -> running -> finished -> (removed)
+       \\________ abandoned (timed out, lost, or its executor died) -> (removed)
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ..context import WorkContext
+from ..handlers import HandlerSpec
+from ..heartbeat import Heartbeat
+from ..services.held import Lease, LeaseKey
+
+
+class SlotState(enum.Enum):
+    QUEUED = "queued"  # claimed, waiting for an executor
+    RUNNING = "running"  # its handler runs in `executor`
+    FINISHED = "finished"  # handler returned; its outcome is being written
+    ABANDONED = "abandoned"  # given up: its lease is no longer ours to keep
+
+
+@dataclass(eq=False, slots=True)
+class Slot:
+    lease: Lease
+    spec: HandlerSpec
+    lease_duration: float
+    claimed_at: float = field(default_factory=time.monotonic)
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
+    context: WorkContext | None = None
+    state: SlotState = SlotState.QUEUED
+    executor: threading.Thread | None = None
+    started_at: float | None = None
+    renewed_at: float | None = None  # monotonic time of the last renewal that held
+
+    def __post_init__(self) -> None:
+        self.renewed_at = self.claimed_at
+
+    @property
+    def key(self) -> LeaseKey:
+        return self.lease.key
+
+    def deadline(self) -> float:
+        """Monotonic time at which the lease reaches its cap."""
+        return self.claimed_at + self.lease.cap_seconds
+
+    def lease_surely_expired(self) -> bool:
+        """Past the expiry of its last successful renewal: the sweep's item now."""
+        return time.monotonic() > (self.renewed_at or self.claimed_at) + self.lease_duration
+
+    def elapsed_ms(self) -> float:
+        return (time.monotonic() - (self.started_at or self.claimed_at)) * 1000
+
+    def lose(self, reason: str) -> None:
+        """Tell the handler its lease is gone: its writes are refused from now on."""
+        if self.context is not None:
+            self.context.mark_lease_lost(reason)
+
+
+class SlotTable:
+    """Thread-safe table of the process's slots."""
+
+    def __init__(self) -> None:
+        self._slots: dict[LeaseKey, Slot] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._slots)
+
+    def __iter__(self) -> Iterator[Slot]:
+        with self._lock:
+            return iter(list(self._slots.values()))
+
+    def add(self, slot: Slot) -> None:
+        with self._lock:
+            self._slots[slot.key] = slot
+
+    def get(self, key: LeaseKey) -> Slot | None:
+        with self._lock:
+            return self._slots.get(key)
+
+    def remove(self, slot: Slot) -> bool:
+        """Drop the slot if it is still the one under its key; True if it was."""
+        with self._lock:
+            if self._slots.get(slot.key) is slot:
+                del self._slots[slot.key]
+                return True
+            return False
+
+    def start(self, slot: Slot, executor: threading.Thread) -> bool:
+        """Mark a queued slot running in `executor`; False if it was abandoned meanwhile."""
+        with self._lock:
+            if self._slots.get(slot.key) is not slot or slot.state is not SlotState.QUEUED:
+                return False
+            slot.state = SlotState.RUNNING
+            slot.executor = executor
+            slot.started_at = time.monotonic()
+            return True
+
+    def transition(self, slot: Slot, expected: SlotState, new: SlotState) -> bool:
+        """Compare-and-set a slot's state (under the table's lock)."""
+        with self._lock:
+            if slot.state is not expected:
+                return False
+            slot.state = new
+            return True
+
+    def renewable(self) -> list[Slot]:
+        """Slots whose lease the process may keep alive.
+
+        Queued ones (an executor will run them), running ones whose executor
+        is alive and still on them, finished ones whose outcome is being
+        written. A run whose handler thread died, or that was abandoned, is
+        never renewed: its lease runs out and the sweep takes over.
+        """
+        with self._lock:
+            slots = list(self._slots.values())
+        return [
+            slot
+            for slot in slots
+            if slot.state in (SlotState.QUEUED, SlotState.FINISHED)
+            or (
+                slot.state is SlotState.RUNNING
+                and slot.executor is not None
+                and slot.executor.is_alive()
+                and getattr(slot.executor, "slot", None) is slot
+            )
+        ]

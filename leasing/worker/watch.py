@@ -1,0 +1,69 @@
+"""Keeping watch over the runs in flight: dead executors, deadlines, lost leases."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from .executors import ExecutorPool
+from .outcomes import Counters, Recorder, one_line
+from .slots import Slot, SlotState, SlotTable
+
+logger = logging.getLogger("leasing.worker")
+
+
+class Watch:
+    """What the dispatcher checks every cycle, and what the renewer reports."""
+
+    def __init__(
+        self,
+        slots: SlotTable,
+        pool: ExecutorPool,
+        recorder: Recorder,
+        counters: Counters,
+        on_done: Callable[[Slot], None],
+    ) -> None:
+        self.slots = slots
+        self.pool = pool
+        self.recorder = recorder
+        self.counters = counters
+        self.on_done = on_done
+
+    def supervise(self) -> None:
+        """Replace dead executors, hand back their runs, time out runs past their deadline."""
+        for slot in self.pool.supervise():
+            self.recorder.hand_back(slot, "its executor thread died")
+            self.on_done(slot)
+        now = time.monotonic()
+        for slot in self.slots:
+            if now < slot.deadline():
+                continue
+            executor = slot.executor
+            if self.slots.transition(slot, SlotState.RUNNING, SlotState.ABANDONED):
+                # The handler may never return: tell it, write its ending, and
+                # let a new executor take its place.
+                slot.lose(f"timed out after {round(slot.lease.cap_seconds)} s")
+                self.recorder.time_out(slot)
+                if executor is not None:
+                    self.pool.retire(
+                        executor, f"its handler of {slot.lease.work_item_id} timed out"
+                    )
+                self.on_done(slot)
+            elif self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
+                self.recorder.hand_back(slot, "it waited past its lease's deadline")
+                self.on_done(slot)
+
+    def lease_lost(self, slot: Slot, error: BaseException) -> None:
+        """The renewer could not keep a lease: the run must stop writing."""
+        if slot.state is SlotState.FINISHED:
+            return  # its outcome is being written; the fence decides
+        reason = one_line(error)
+        logger.warning(
+            "lease on %s (token %d) lost: %s", slot.lease.work_item_id, slot.lease.token, reason
+        )
+        slot.lose(reason)
+        if self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
+            # Never started: nothing to finish; the item belongs to the sweep now.
+            self.counters.add(lost=1)
+            self.on_done(slot)
