@@ -14,17 +14,20 @@ from collections.abc import Iterable
 
 from django.http import QueryDict
 
+from .. import validation
+from ..exceptions import InvalidInput
+
 # Longer identifiers or filter values than this are not ids anyone typed.
 MAX_LENGTH = 10_000
 
 
 def storable(value: str) -> bool:
-    """True when `value` can be sent to PostgreSQL and SQLite as text."""
-    if "\x00" in value or len(value) > MAX_LENGTH:
+    """True when `value` can be sent to PostgreSQL and SQLite as text, and is not huge."""
+    if len(value) > MAX_LENGTH:
         return False
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate
+        validation.storable_text("value", value)
+    except InvalidInput:
         return False
     return True
 
