@@ -31,6 +31,15 @@ Metrics (all prefixed `leasing_`):
 `sweep_scans_total`                    counter  SUM(workers.scans) of sweepers
 `sweep_last_scan_timestamp_seconds`    gauge    when any sweep last scanned (absent: never)
 `processes{role,status}`               gauge    rows of the workers table
+`processes_silent{role}`               gauge    running processes not seen for three of their
+                                                own beat intervals
+`queue_pending{queue,work_type}`       gauge    pending items per queue and work type
+`queue_in_flight{queue,work_type}`     gauge    in-progress items per queue and work type
+`queue_unserved{queue,work_type}`      gauge    1 when items are pending and no live worker
+                                                takes that work type from that queue
+`run_seconds{work_type,quantile}`      gauge    run time of the last attempt of items completed
+                                                in the last hour: p50 and p95
+`leases_near_cap`                      gauge    live leases within 5 minutes of their hard cap
 =====================================  =======  =================================================
 
 The counters are monotonic as long as rows are not deleted from `work_items`
@@ -41,7 +50,9 @@ not reset by a process restart, because they are not kept in a process.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -49,11 +60,16 @@ from prometheus_client.registry import Collector
 
 from .console.backlog import backlog
 from .console.census import item_census
+from .console.history import leases_near_cap
 from .console.leases import lease_health
-from .console.processes import process_counters, processes_by_state, sweep_health
+from .console.processes import live_workers, process_counters, processes_by_state, sweep_health
+from .console.queues import QueueRow, queue_table
 from .models import LeaseHealth, WorkerRole, WorkerStatus
+from .sql.runner import database_now
 
 PREFIX = "leasing"
+QUEUE_LABELS = ["queue", "work_type"]
+RUN_TIME_WINDOW = timedelta(hours=1)
 
 
 class LeasingCollector(Collector):
@@ -74,6 +90,10 @@ class LeasingCollector(Collector):
         sweep = sweep_health(using=using)
         counters = process_counters(using=using)
         processes = processes_by_state(using=using)
+        now = database_now(using)
+        workers, _ = live_workers(now=now, using=using)
+        queues = queue_table(window_start=now - RUN_TIME_WINDOW, now=now, workers=workers,
+                             using=using)  # fmt: skip
 
         families = self._families()
         work_items = families["work_items"]
@@ -100,6 +120,18 @@ class LeasingCollector(Collector):
         for role in WorkerRole.values:
             for status in WorkerStatus.values:
                 families["processes"].add_metric([role, status], processes.get((role, status), 0))
+        silent = Counter(p.role for p in (*workers, *sweep.sweepers) if p.liveness.silent)
+        for role in WorkerRole.values:
+            families["processes_silent"].add_metric([role], silent[role])
+        for row in queues:
+            labels = [row.queue_name, row.work_type]
+            families["queue_pending"].add_metric(labels, row.pending)
+            families["queue_in_flight"].add_metric(labels, row.in_flight)
+            families["queue_unserved"].add_metric(labels, int(row.unserved))
+        for work_type, quantiles in _run_seconds(queues).items():
+            for quantile, seconds in quantiles.items():
+                families["run_seconds"].add_metric([work_type, quantile], seconds)
+        families["leases_near_cap"].add_metric([], leases_near_cap(using=using))
         yield from families.values()
 
     @staticmethod
@@ -147,7 +179,44 @@ class LeasingCollector(Collector):
             "processes": gauge(
                 "processes", "Rows of the workers table by role and status.", ["role", "status"]
             ),
+            "processes_silent": gauge(
+                "processes_silent",
+                "Running processes not seen for three of their own beat intervals.",
+                ["role"],
+            ),
+            "queue_pending": gauge(
+                "queue_pending", "Pending work items by queue and work type.", QUEUE_LABELS
+            ),
+            "queue_in_flight": gauge(
+                "queue_in_flight", "In-progress work items by queue and work type.", QUEUE_LABELS
+            ),
+            "queue_unserved": gauge(
+                "queue_unserved",
+                "1 when items of this queue and work type are pending and no live worker takes "
+                "them.",
+                QUEUE_LABELS,
+            ),
+            "run_seconds": gauge(
+                "run_seconds",
+                "Run time of the last attempt of items completed in the last hour.",
+                ["work_type", "quantile"],
+            ),
+            "leases_near_cap": gauge(
+                "leases_near_cap", "Live leases within 5 minutes of their hard cap."
+            ),
         }
+
+
+def _run_seconds(queues: Iterable[QueueRow]) -> dict[str, dict[str, float]]:
+    """The slowest queue's p50/p95 for each work type (a type can run in several queues)."""
+    result: dict[str, dict[str, float]] = {}
+    for row in queues:
+        if row.p50_seconds is None or row.p95_seconds is None:
+            continue
+        best = result.setdefault(row.work_type, {"0.5": 0.0, "0.95": 0.0})
+        best["0.5"] = max(best["0.5"], row.p50_seconds)
+        best["0.95"] = max(best["0.95"], row.p95_seconds)
+    return result
 
 
 def build_registry(using: str = "default") -> CollectorRegistry:

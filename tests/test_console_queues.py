@@ -121,3 +121,32 @@ def test_percentile_interpolates_like_postgresql():
     assert percentile([1.0, 2.0], 0.5) == 1.5
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.95) == pytest.approx(3.85)
     assert WorkItem.objects.count() == 0
+
+
+def test_metrics_report_queues_unserved_work_silent_processes_and_run_times(leasing_settings):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    leasing_settings(METRICS_TOKEN="t0ken")
+    enqueue("a", "orphan_type")
+    enqueue("b", "send_invoice", queue_name="billing")
+    worker("w-1", ["send_invoice"])
+    worker("w-dead", ["sync"], heartbeat_interval=1)
+    Worker.objects.filter(pk="w-dead").update(last_seen_at=database_now() - timedelta(seconds=10))
+    for n, seconds in enumerate((1, 3)):
+        finished(f"ok{n}", "resize", seconds)
+    body = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t0ken").content.decode()
+    values = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    orphan = (("queue", "default"), ("work_type", "orphan_type"))
+    served = (("queue", "billing"), ("work_type", "send_invoice"))
+    assert values[("leasing_queue_pending", orphan)] == 1
+    assert values[("leasing_queue_unserved", orphan)] == 1
+    assert values[("leasing_queue_unserved", served)] == 0
+    assert values[("leasing_processes_silent", (("role", "worker"),))] == 1
+    assert values[("leasing_run_seconds", (("quantile", "0.5"), ("work_type", "resize")))] == (
+        pytest.approx(2.0, abs=0.01)
+    )
+    assert values[("leasing_leases_near_cap", ())] == 0

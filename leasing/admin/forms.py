@@ -138,14 +138,14 @@ def _window_label(minutes: int) -> str:
     return f"{minutes // 60} h" if minutes >= 60 else f"{minutes} min"
 
 
-class ErrorsForm(forms.Form):
-    """The top errors page's window."""
+class WindowForm(forms.Form):
+    """The window of the top errors and history pages: 1 h, 24 h or 7 d."""
 
     WINDOWS = {60: "1 h", 1440: "24 h", 10080: "7 d"}
     DEFAULT_WINDOW = 1440
 
     window = forms.TypedChoiceField(
-        label="Failed in the last",
+        label="Last",
         choices=list(WINDOWS.items()),
         coerce=int,
         required=False,

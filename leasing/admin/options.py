@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.contrib import admin
@@ -78,6 +79,12 @@ class WorkItemAdmin(ReadOnlyAdmin):
         actions.force_fail_selected,
         actions.retry_failed_selected,
     )
+
+    list_refresh_seconds = 30  # the list refreshes itself in place (leasing/console.js)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        extra_context = {**(extra_context or {}), "leasing_refresh": self.list_refresh_seconds}
+        return super().changelist_view(request, extra_context)
 
     def has_force_release_permission(self, request: HttpRequest) -> bool:
         """`leasing.force_release_workitem`: the three operator actions."""
@@ -171,40 +178,25 @@ class WorkItemAdmin(ReadOnlyAdmin):
 
     # --- the dashboard and the timeline ---
 
+    # The console's pages: (route, view, URL name suffix), e.g. leasing_workitem_dashboard.
+    console_views = (
+        ("dashboard/", views.dashboard_view, "dashboard"),
+        ("timeline/<path:task_id>/", views.timeline_view, "timeline"),
+        ("errors/", views.errors_view, "errors"),
+        ("errors/retry/", views.retry_group_view, "errors_retry"),
+        ("history/", views.history_view, "history"),
+    )
+
     def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         wrap = self.admin_site.admin_view
         return [
-            path(
-                "dashboard/",
-                wrap(self.dashboard_view),
-                name="{}_{}_dashboard".format(*info),
-            ),
-            path(
-                "timeline/<path:task_id>/",
-                wrap(self.timeline_view),
-                name="{}_{}_timeline".format(*info),
-            ),
-            path("errors/", wrap(self.errors_view), name="{}_{}_errors".format(*info)),
-            path(
-                "errors/retry/",
-                wrap(self.retry_group_view),
-                name="{}_{}_errors_retry".format(*info),
+            *(
+                path(route, wrap(partial(view, model_admin=self)), name=f"{prefix}_{suffix}")
+                for route, view, suffix in self.console_views
             ),
             *super().get_urls(),
         ]
-
-    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
-        return views.dashboard_view(request, model_admin=self)
-
-    def timeline_view(self, request: HttpRequest, task_id: str) -> HttpResponse:
-        return views.timeline_view(request, task_id, model_admin=self)
-
-    def errors_view(self, request: HttpRequest) -> HttpResponse:
-        return views.errors_view(request, model_admin=self)
-
-    def retry_group_view(self, request: HttpRequest) -> HttpResponse:
-        return views.retry_group_view(request, model_admin=self)
 
     def render_change_form(
         self,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, Min, Q
-from django.db.models.functions import Now, TruncMinute
+from django.db.models.functions import Now, TruncHour, TruncMinute
 
 from ..models import WorkItem, WorkItemStatus
 from ..sql.runner import database_now
@@ -81,8 +81,25 @@ class Throughput(FinishedTotals):
         return self.completed / self.window_minutes if self.window_minutes else 0.0
 
 
-# Window length (minutes) -> bucket length (minutes): 12 to 24 bars each.
-THROUGHPUT_WINDOWS: dict[int, int] = {15: 1, 60: 5, 180: 15, 1440: 60}
+# Window length (minutes) -> bucket length (minutes): 12 to 28 bars each.
+THROUGHPUT_WINDOWS: dict[int, int] = {15: 1, 60: 5, 180: 15, 1440: 60, 10080: 360}
+
+
+def bucket_bounds(window_minutes: int, now: datetime) -> tuple[datetime, timedelta, int]:
+    """(start, bucket length, bucket count) of a window ending with the bucket holding `now`.
+
+    Buckets are aligned to the bucket length from midnight (every length divides
+    a day), so the bars do not shift by a few seconds at every refresh.
+    """
+    if window_minutes not in THROUGHPUT_WINDOWS:
+        raise ValueError(
+            f"window_minutes must be one of {sorted(THROUGHPUT_WINDOWS)}, got {window_minutes!r}"
+        )
+    bucket = THROUGHPUT_WINDOWS[window_minutes]
+    floor = now.replace(second=0, microsecond=0)
+    floor -= timedelta(minutes=(floor.hour * 60 + floor.minute) % bucket)
+    step = timedelta(minutes=bucket)
+    return floor + step - timedelta(minutes=window_minutes), step, window_minutes // bucket
 
 
 def throughput(
@@ -90,28 +107,19 @@ def throughput(
 ) -> Throughput:
     """Completions and failures per bucket, from the `completed_at` index.
 
-    Rows are grouped per minute in SQL (at most `window_minutes` rows come
-    back) and folded into buckets aligned to the bucket length, so the bars do
-    not shift by a few seconds at every refresh.
+    Rows are grouped per minute (per hour for hour-long buckets) in SQL and
+    folded into the buckets here.
     """
-    if window_minutes not in THROUGHPUT_WINDOWS:
-        raise ValueError(
-            f"window_minutes must be one of {sorted(THROUGHPUT_WINDOWS)}, got {window_minutes!r}"
-        )
-    bucket = THROUGHPUT_WINDOWS[window_minutes]
     now = now or database_now(using)
-    step = timedelta(minutes=bucket)
-    floor = now.replace(second=0, microsecond=0)
-    floor -= timedelta(minutes=floor.minute % bucket if bucket < 60 else floor.minute)
-    end = floor + step
-    start = end - timedelta(minutes=window_minutes)
-    count = window_minutes // bucket
+    start, step, count = bucket_bounds(window_minutes, now)
+    bucket = THROUGHPUT_WINDOWS[window_minutes]
+    truncate = TruncHour if bucket >= 60 else TruncMinute
     completed = [0] * count
     failed = [0] * count
     rows = (
         WorkItem.objects.using(using)
         .filter(completed_at__gte=start, status__in=FINISHED)
-        .annotate(minute=TruncMinute("completed_at"))
+        .annotate(minute=truncate("completed_at", tzinfo=UTC))  # buckets are UTC-aligned
         .order_by()
         .values("minute", "status")
         .annotate(n=Count("*"))

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.cache import patch_vary_headers
 
 from ..display import payloads_visible
 
@@ -29,3 +31,16 @@ def console_context(model_admin: WorkItemAdmin, request: HttpRequest, title: str
         "dashboard_url": reverse(f"{site.name}:leasing_workitem_dashboard"),
         "payloads_visible": payloads_visible(request.user),
     }
+
+
+FRAGMENT_HEADER = "X-Leasing-Fragment"
+
+
+def render_console(
+    request: HttpRequest, context: dict[str, Any], page: str, panels: str
+) -> TemplateResponse:
+    """The page, or only its panels when the live refresh (leasing/console.js) asks."""
+    fragment = bool(request.headers.get(FRAGMENT_HEADER))
+    response = TemplateResponse(request, panels if fragment else page, context)
+    patch_vary_headers(response, [FRAGMENT_HEADER])
+    return response

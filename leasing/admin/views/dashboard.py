@@ -13,7 +13,7 @@ from ...console.durations import humanize_seconds
 from ...console.tiles import tiles
 from ..display import ItemUrls, pretty_json
 from ..forms import DashboardForm
-from .common import console_context
+from .common import console_context, render_console
 
 if TYPE_CHECKING:
     from ..options import WorkItemAdmin
@@ -76,4 +76,6 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
         else humanize_seconds((data.now - data.retries_as_of).total_seconds()),
         "sweep_since": humanize_seconds(data.sweep.seconds_since_last_scan),
     }
-    return TemplateResponse(request, "admin/leasing/dashboard.html", context)
+    return render_console(
+        request, context, "admin/leasing/dashboard.html", "admin/leasing/dashboard/panels.html"
+    )

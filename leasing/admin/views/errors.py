@@ -23,7 +23,7 @@ from ...services.operations import Action
 from ...sql.runner import database_now
 from .. import bulk
 from ..display import ItemUrls
-from ..forms import BulkActionForm, ErrorsForm
+from ..forms import BulkActionForm, WindowForm
 from .common import console_context
 
 if TYPE_CHECKING:
@@ -34,14 +34,14 @@ GROUP_KEY = re.compile(r"[0-9a-f]{16}")
 
 def errors_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> TemplateResponse:
     context = console_context(model_admin, request, "Top errors")
-    form = ErrorsForm(request.GET or None)
+    form = WindowForm(request.GET or None)
     minutes = form.minutes()
     groups, truncated = error_groups(database_now() - timedelta(minutes=minutes))
     item_url = ItemUrls(model_admin.admin_site.name)
     retry_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors_retry")
     context |= {
         "form": form,
-        "window_label": ErrorsForm.WINDOWS[minutes],
+        "window_label": WindowForm.WINDOWS[minutes],
         "groups": [
             {
                 "group": group,
@@ -62,10 +62,10 @@ def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Htt
     if not model_admin.has_force_release_permission(request):
         raise PermissionDenied
     errors_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors")
-    form = ErrorsForm(request.GET)
+    form = WindowForm(request.GET)
     minutes = form.minutes()
     errors_url += f"?{urlencode({'window': minutes})}"
-    window = ErrorsForm.WINDOWS[minutes]
+    window = WindowForm.WINDOWS[minutes]
     key = request.GET.get("key", "")
     start = database_now() - timedelta(minutes=minutes)
     group = next((g for g in error_groups(start)[0] if g.key == key), None)
