@@ -1,7 +1,7 @@
 """Prometheus metrics of the leasing tables, computed from the database at scrape time.
 
 `LeasingCollector` runs a handful of indexed queries (through
-`leasing.dashboard`) on every scrape, so every process serving the endpoint
+`leasing.console`) on every scrape, so every process serving the endpoint
 reports the same numbers: the truth is the database, not a process's memory.
 It is registered in its own `CollectorRegistry`, never in prometheus_client's
 global one, so importing the app adds nothing to another exporter.
@@ -9,7 +9,8 @@ global one, so importing the app adds nothing to another exporter.
 Metrics (all prefixed `leasing_`):
 
 =====================================  =======  =================================================
-`work_items{status}`                   gauge    items in each status (exact)
+`work_items{status}`                   gauge    items in each status (exact): pending,
+                                                in_progress, completed, failed
 `active_leases`                        gauge    in-progress items (the first monitoring query)
 `stale_leases`                         gauge    in-progress items whose heartbeat is older than
                                                 STALE_HEARTBEAT (second column of that query)
@@ -30,6 +31,15 @@ Metrics (all prefixed `leasing_`):
 `sweep_scans_total`                    counter  SUM(workers.scans) of sweepers
 `sweep_last_scan_timestamp_seconds`    gauge    when any sweep last scanned (absent: never)
 `processes{role,status}`               gauge    rows of the workers table
+`processes_silent{role}`               gauge    running processes not seen for three of their
+                                                own beat intervals
+`queue_pending{queue,work_type}`       gauge    pending items per queue and work type
+`queue_in_flight{queue,work_type}`     gauge    in-progress items per queue and work type
+`queue_unserved{queue,work_type}`      gauge    1 when items are pending and no live worker
+                                                takes that work type from that queue
+`run_seconds{work_type,quantile}`      gauge    run time of the last attempt of items completed
+                                                in the last hour: p50 and p95
+`leases_near_cap`                      gauge    live leases within 5 minutes of their hard cap
 =====================================  =======  =================================================
 
 The counters are monotonic as long as rows are not deleted from `work_items`
@@ -41,21 +51,31 @@ not reset by a process restart, because they are not kept in a process.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
-from . import dashboard
+from .console.backlog import backlog
+from .console.census import item_census
+from .console.history import leases_near_cap
+from .console.leases import lease_health
+from .console.processes import live_workers, process_counters, processes_by_state, sweep_health
+from .console.queues import QueueRow, queue_table
 from .models import LeaseHealth, WorkerRole, WorkerStatus
+from .sql.runner import database_now
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.core import Metric
 
 PREFIX = "leasing"
+QUEUE_LABELS = ["queue", "work_type"]
+RUN_TIME_WINDOW = timedelta(hours=1)
 
 MISSING_CLIENT = (
     "The leasing metrics need the prometheus-client package, which is not installed: "
@@ -92,12 +112,16 @@ class LeasingCollector:
 
     def collect(self) -> Iterator[Metric]:
         using = self.using
-        census = dashboard.item_census(using=using)
-        health = dashboard.lease_health(using=using)
-        backlog = dashboard.backlog(using=using)
-        sweep = dashboard.sweep_health(using=using)
-        counters = dashboard.process_counters(using=using)
-        processes = dashboard.processes_by_state(using=using)
+        census = item_census(using=using)
+        health = lease_health(using=using)
+        pending = backlog(using=using)
+        sweep = sweep_health(using=using)
+        counters = process_counters(using=using)
+        processes = processes_by_state(using=using)
+        now = database_now(using)
+        workers, _ = live_workers(now=now, using=using)
+        queues = queue_table(window_start=now - RUN_TIME_WINDOW, now=now, workers=workers,
+                             using=using)  # fmt: skip
 
         families = self._families()
         work_items = families["work_items"]
@@ -110,8 +134,8 @@ class LeasingCollector:
         leases.add_metric([LeaseHealth.STALE], health.stale_live)
         leases.add_metric([LeaseHealth.EXPIRED], health.expired)
         families["leases_without_progress"].add_metric([], health.no_progress)
-        families["pending_deferred"].add_metric([], backlog.deferred)
-        families["oldest_pending_age_seconds"].add_metric([], backlog.oldest_age_seconds or 0.0)
+        families["pending_deferred"].add_metric([], pending.deferred)
+        families["oldest_pending_age_seconds"].add_metric([], pending.oldest_age_seconds or 0.0)
         families["claims"].add_metric([], census.claims_total)
         families["completions"].add_metric([], census.statuses.completed)
         families["failures"].add_metric([], counters.items_failed)
@@ -124,6 +148,18 @@ class LeasingCollector:
         for role in WorkerRole.values:
             for status in WorkerStatus.values:
                 families["processes"].add_metric([role, status], processes.get((role, status), 0))
+        silent = Counter(p.role for p in (*workers, *sweep.sweepers) if p.liveness.silent)
+        for role in WorkerRole.values:
+            families["processes_silent"].add_metric([role], silent[role])
+        for row in queues:
+            labels = [row.queue_name, row.work_type]
+            families["queue_pending"].add_metric(labels, row.pending)
+            families["queue_in_flight"].add_metric(labels, row.in_flight)
+            families["queue_unserved"].add_metric(labels, int(row.unserved))
+        for work_type, quantiles in _run_seconds(queues).items():
+            for quantile, seconds in quantiles.items():
+                families["run_seconds"].add_metric([work_type, quantile], seconds)
+        families["leases_near_cap"].add_metric([], leases_near_cap(using=using))
         yield from families.values()
 
     @staticmethod
@@ -173,7 +209,44 @@ class LeasingCollector:
             "processes": gauge(
                 "processes", "Rows of the workers table by role and status.", ["role", "status"]
             ),
+            "processes_silent": gauge(
+                "processes_silent",
+                "Running processes not seen for three of their own beat intervals.",
+                ["role"],
+            ),
+            "queue_pending": gauge(
+                "queue_pending", "Pending work items by queue and work type.", QUEUE_LABELS
+            ),
+            "queue_in_flight": gauge(
+                "queue_in_flight", "In-progress work items by queue and work type.", QUEUE_LABELS
+            ),
+            "queue_unserved": gauge(
+                "queue_unserved",
+                "1 when items of this queue and work type are pending and no live worker takes "
+                "them.",
+                QUEUE_LABELS,
+            ),
+            "run_seconds": gauge(
+                "run_seconds",
+                "Run time of the last attempt of items completed in the last hour.",
+                ["work_type", "quantile"],
+            ),
+            "leases_near_cap": gauge(
+                "leases_near_cap", "Live leases within 5 minutes of their hard cap."
+            ),
         }
+
+
+def _run_seconds(queues: Iterable[QueueRow]) -> dict[str, dict[str, float]]:
+    """The slowest queue's p50/p95 for each work type (a type can run in several queues)."""
+    result: dict[str, dict[str, float]] = {}
+    for row in queues:
+        if row.p50_seconds is None or row.p95_seconds is None:
+            continue
+        best = result.setdefault(row.work_type, {"0.5": 0.0, "0.95": 0.0})
+        best["0.5"] = max(best["0.5"], row.p50_seconds)
+        best["0.95"] = max(best["0.95"], row.p95_seconds)
+    return result
 
 
 def build_registry(using: str = "default") -> CollectorRegistry:

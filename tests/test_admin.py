@@ -14,7 +14,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import Client
 
 from leasing import LeaseManager
-from leasing.admin import EstimatedCountPaginator
+from leasing.admin.paginator import EstimatedCountPaginator
 from leasing.exceptions import LeaseLostError
 from leasing.models import Checkpoint, IdempotencyKey, Worker, WorkItem
 from leasing.sql.runner import database_now
@@ -604,10 +604,28 @@ def test_select_all_acts_on_the_whole_filtered_list_within_a_limit(
         "index": "0",
     }
     page = operator_client.post(changelist_url("lease_health=stale"), select_all)
-    fields = form_fields(page.content.decode(), "leasing-operator-form")
-    assert sorted(fields["_selected_action"]) == sorted(stale)
+    html = page.content.decode()
+    assert "admin/leasing/workitem/bulk_confirmation.html" in [t.name for t in page.templates]
+    assert "<strong>3 work items</strong> match now: work items with lease_health=stale" in html
+    assert all(row(pk)["status"] == "in_progress" for pk in stale)  # nothing before confirming
 
-    monkeypatch.setattr("leasing.admin.OPERATOR_ACTION_LIMIT", 2)
-    refused = operator_client.post(changelist_url("lease_health=stale"), select_all, follow=True)
-    assert "Select at most 2 work items per action; nothing was changed." in messages_of(refused)
-    assert all(row(pk)["status"] == "in_progress" for pk in stale)
+    fields = form_fields(html, "leasing-bulk-form")
+    fields["reason"] = ["the NFS mount is back"]
+    done = operator_client.post(changelist_url("lease_health=stale"), fields, follow=True)
+    assert "3 work items force-released (work items with lease_health=stale)." in messages_of(done)
+    assert all(row(pk)["status"] == "pending" for pk in stale)
+    assert row(scenario.healthy.work_item_id)["status"] == "in_progress"  # not in the filter
+    entries = LogEntry.objects.filter(object_id__in=stale)
+    assert entries.count() == 3
+    assert all("bulk: work items with lease_health=stale" in e.change_message for e in entries)
+    transitions = Checkpoint.objects.filter(checkpoint_type="state_transition")
+    assert set(transitions.values_list("work_item_id", flat=True)) == set(stale)
+
+    # Over the limit: the page says so, offers no confirmation, and nothing changes.
+    monkeypatch.setattr("leasing.admin.bulk.BULK_LIMIT", 1)
+    page = operator_client.post(changelist_url("status__exact=pending"), select_all)
+    html = page.content.decode()
+    assert "More than 1 work items match" in html and 'id="leasing-bulk-form"' not in html
+    forged = {**fields, "action": "force_fail_selected"}
+    operator_client.post(changelist_url("status__exact=pending"), forged)
+    assert all(row(pk)["status"] == "pending" for pk in stale)

@@ -237,10 +237,11 @@ class WorkItem(models.Model):
             # first (its tie-breaker is the primary key) and bounds its date
             # hierarchy with MIN/MAX(created_at).
             models.Index(fields=["-created_at", "-work_item_id"], name="work_items_created_idx"),
-            # Throughput over time: finished items by completion time, index-only.
+            # Throughput over time, and the queue table's finished counts and run
+            # times of a window: finished items by completion time, index-only.
             models.Index(
-                fields=["completed_at", "status"],
-                name="work_items_completed_idx",
+                fields=["completed_at", "status", "queue_name", "work_type", "lease_acquired_at"],
+                name="work_items_finished_idx",
                 condition=Q(completed_at__isnull=False),
             ),
             # Items by status, the retry distribution and the claims

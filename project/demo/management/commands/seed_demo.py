@@ -289,20 +289,6 @@ class _Seeder:
                 else None,
                 updated_at=self.now,
             )
-        elif status == WorkItemStatus.EXPIRED:
-            # The schema allows `expired` though no service sets it;
-            # the row is crafted from a claimed one so the dashboard can count it.
-            lease_spec = spec.get("lease") or {}
-            self._claim(manager, task_id, key, item.pk)
-            updates.update(
-                status=WorkItemStatus.EXPIRED,
-                started_at=self.at(lease_spec.get("acquired", -600), where),
-                lease_acquired_at=self.at(lease_spec.get("acquired", -600), where),
-                lease_expires_at=self.at(lease_spec.get("expires", -300), where),
-                heartbeat_at=self.at(lease_spec.get("heartbeat", -320), where),
-                error_message=spec.get("error"),
-                updated_at=self.now,
-            )
         else:
             finished = self.at(spec.get("finished", -10), where)
             started = self.at(spec.get("started", spec.get("finished", -10) - 5), where)

@@ -1,7 +1,7 @@
 """Forms of the admin pages: the operator-action confirmation and the dashboard controls.
 
 Malformed input never reaches a service: a form error is shown and no row
-changes (SPEC §14).
+changes.
 """
 
 from __future__ import annotations
@@ -13,10 +13,32 @@ from typing import Any
 from django import forms
 from django.utils.dateparse import parse_datetime
 
-from .dashboard import THROUGHPUT_WINDOWS
-from .models import WorkItem
+from ..console.backlog import THROUGHPUT_WINDOWS
+from ..models import WorkItem
 
 BIGINT_MAX = 2**63 - 1
+
+
+def reason_field() -> forms.CharField:
+    """The reason an operator gives for an action (recorded with it)."""
+    return forms.CharField(
+        label="Reason",
+        max_length=1000,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
+        help_text=(
+            "Required. Recorded with your user name in each item's state_transition "
+            "checkpoint and in the admin log."
+        ),
+        error_messages={"required": "Give a reason: it is recorded with the action."},
+    )
+
+
+class BulkActionForm(forms.Form):
+    """Confirm an action on every item matching a selection: a reason, and the count seen."""
+
+    reason = reason_field()
+    expected = forms.IntegerField(min_value=0, max_value=BIGINT_MAX, widget=forms.HiddenInput)
 
 
 class OperatorActionForm(forms.Form):
@@ -32,17 +54,7 @@ class OperatorActionForm(forms.Form):
     TOKEN_PREFIX = "token-"
     HEARTBEAT_PREFIX = "heartbeat-"
 
-    reason = forms.CharField(
-        label="Reason",
-        max_length=1000,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
-        help_text=(
-            "Required. Recorded with your user name in the item's state_transition "
-            "checkpoint and in the admin log."
-        ),
-        error_messages={"required": "Give a reason: it is recorded with the action."},
-    )
+    reason = reason_field()
 
     def __init__(self, *args: Any, items: Iterable[WorkItem], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -80,7 +92,7 @@ class OperatorActionForm(forms.Form):
                 self.add_error(name, f"The last heartbeat of {item.pk} is missing.")
                 continue
             raw = cleaned.get(name) or ""
-            if raw and parse_datetime(raw) is None:
+            if raw and _parse(raw) is None:
                 self.add_error(name, f"The last heartbeat of {item.pk} is not a date and time.")
         return cleaned
 
@@ -105,9 +117,17 @@ class OperatorActionForm(forms.Form):
             raw = self.cleaned_data.get(self.heartbeat_field_name(item.pk)) or ""
             result[item.pk] = (
                 self.cleaned_data[self.token_field_name(item.pk)],
-                parse_datetime(raw) if raw else None,
+                _parse(raw) if raw else None,
             )
         return result
+
+
+def _parse(raw: str) -> datetime | None:
+    """An ISO date and time; None when malformed or out of range (`2024-13-45T00:00`)."""
+    try:
+        return parse_datetime(raw)
+    except ValueError:
+        return None
 
 
 def _iso(value: datetime | None) -> str:
@@ -116,6 +136,27 @@ def _iso(value: datetime | None) -> str:
 
 def _window_label(minutes: int) -> str:
     return f"{minutes // 60} h" if minutes >= 60 else f"{minutes} min"
+
+
+class WindowForm(forms.Form):
+    """The window of the top errors and history pages: 1 h, 24 h or 7 d."""
+
+    WINDOWS = {60: "1 h", 1440: "24 h", 10080: "7 d"}
+    DEFAULT_WINDOW = 1440
+
+    window = forms.TypedChoiceField(
+        label="Last",
+        choices=list(WINDOWS.items()),
+        coerce=int,
+        required=False,
+        empty_value=DEFAULT_WINDOW,
+        initial=DEFAULT_WINDOW,
+    )
+
+    def minutes(self) -> int:
+        if not self.is_bound or not self.is_valid():
+            return self.DEFAULT_WINDOW
+        return self.cleaned_data["window"]
 
 
 class DashboardForm(forms.Form):

@@ -1,0 +1,308 @@
+"""The operator actions on work items: force-release, force-fail, retry failed.
+
+Each is guarded by the permission `leasing.force_release_workitem`. Choosing
+one shows a confirmation page that asks for a reason and carries each item's
+lease (token and last heartbeat); confirming calls
+`leasing.services.operations.apply_action` once per item, a fenced compare-and-swap
+that also writes the `state_transition` checkpoint. An item whose lease
+changed meanwhile is skipped and reported. The admin itself never writes a
+status.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import options as admin_options
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from ..exceptions import LeasingError, WorkItemNotFound
+from ..models import WorkItem
+from ..services import operations
+from . import bulk, display
+from .forms import BulkActionForm, OperatorActionForm
+from .guards import refusal_message, unstorable_ids
+from .wording import ACTION_TEXT
+
+if TYPE_CHECKING:
+    from .options import WorkItemAdmin
+
+Action = operations.Action
+
+OPERATOR_ACTION_LIMIT = 500
+# Django 6.1 offers admin actions on the change form too (and a plural label);
+# on Django 6.0 they are list actions, and the item page links to them instead.
+ActionLocation = getattr(admin_options, "ActionLocation", None)
+ACTION_LOCATIONS: dict[str, Any] = (
+    {"location": [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]}
+    if ActionLocation is not None
+    else {}
+)
+RETURN_FIELD = "_leasing_return_to"
+CONFIRM_FIELD = "_leasing_confirm"
+
+
+def _admin_action(action: str, name: str, description: str, plural: str) -> Any:
+    """The admin action `name` (the value the action form posts) running `action`."""
+
+    def run(
+        modeladmin: WorkItemAdmin, request: HttpRequest, queryset: QuerySet[WorkItem]
+    ) -> HttpResponse | None:
+        return operator_action(modeladmin, request, queryset, action)
+
+    run.__name__ = run.__qualname__ = name
+    where = {"description_plural": plural, **ACTION_LOCATIONS} if ACTION_LOCATIONS else {}
+    return admin.action(permissions=["force_release"], description=description, **where)(run)
+
+
+force_release_selected = _admin_action(
+    Action.FORCE_RELEASE,
+    "force_release_selected",
+    "Force-release lease (re-queue)",
+    "Force-release selected leases (re-queue)",
+)
+force_fail_selected = _admin_action(
+    Action.FORCE_FAIL,
+    "force_fail_selected",
+    "Force-fail work item",
+    "Force-fail selected work items",
+)
+retry_failed_selected = _admin_action(
+    Action.RETRY,
+    "retry_failed_selected",
+    "Retry failed work item",
+    "Retry selected failed work items",
+)
+ACTION_NAMES = {
+    Action.FORCE_RELEASE: force_release_selected.__name__,
+    Action.FORCE_FAIL: force_fail_selected.__name__,
+    Action.RETRY: retry_failed_selected.__name__,
+}
+
+
+def _safe_return_to(request: HttpRequest, url: str) -> str:
+    """`url` if it points back into this site, else ''."""
+    allowed = url_has_allowed_host_and_scheme(
+        url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    return url if allowed else ""
+
+
+def _selected_ids(
+    modeladmin: WorkItemAdmin, request: HttpRequest, queryset: QuerySet[WorkItem], confirming: bool
+) -> list[str] | None:
+    """The ids to act on, or None (with a message) when the selection is refused."""
+    selected = list(dict.fromkeys(request.POST.getlist(ACTION_CHECKBOX_NAME)))
+    if unstorable_ids(selected):
+        modeladmin.message_user(request, refusal_message("a selected id"), messages.ERROR)
+        return None
+    if len(selected) > OPERATOR_ACTION_LIMIT:
+        modeladmin.message_user(
+            request,
+            f"Select at most {OPERATOR_ACTION_LIMIT} work items per action; nothing was changed.",
+            messages.ERROR,
+        )
+        return None
+    return selected
+
+
+def operator_action(
+    modeladmin: WorkItemAdmin, request: HttpRequest, queryset: QuerySet[WorkItem], action: str
+) -> HttpResponse | None:
+    """Confirmation page, then one fenced service call per item.
+
+    The selection is re-read by primary key, ignoring the change list's
+    filters: an item that stopped matching a filter (a stale lease that got
+    renewed) must be reported as skipped, not silently dropped.
+    """
+    if not modeladmin.has_force_release_permission(request):
+        raise PermissionDenied
+    if request.POST.get("select_across") in ("1", "True"):
+        return bulk_by_filter(modeladmin, request, queryset, action)
+    confirming = request.POST.get(CONFIRM_FIELD) == "yes"
+    selected = _selected_ids(modeladmin, request, queryset, confirming)
+    if selected is None:
+        return None
+    items = list(
+        modeladmin.get_queryset(request)
+        .filter(pk__in=selected)
+        .order_by("-created_at", "-work_item_id")
+    )
+    found = {item.pk for item in items}
+    unknown = [pk for pk in selected if pk not in found]
+    if unknown:
+        shown = ", ".join(repr(pk) for pk in unknown[:10]) + (" …" if len(unknown) > 10 else "")
+        verb = "it was" if len(unknown) == 1 else "they were"
+        modeladmin.message_user(
+            request, f"No work item with id {shown}; {verb} not changed.", messages.ERROR
+        )
+    if not items:
+        return None
+
+    if not confirming:
+        return confirmation_page(modeladmin, request, action, OperatorActionForm(items=items))
+    form = OperatorActionForm(request.POST, items=items)
+    if form.is_valid():
+        apply(modeladmin, request, action, form)
+        return_to = _safe_return_to(request, request.POST.get(RETURN_FIELD, ""))
+        return HttpResponseRedirect(return_to) if return_to else None
+    if form.has_token_errors:
+        # The hidden fields were altered or lost: nothing is applied, and the
+        # page is shown again with the tokens the items have now.
+        modeladmin.message_user(
+            request,
+            "The confirmation page was altered or is incomplete (lease tokens missing or "
+            "not numbers); nothing was changed. Review the items and confirm again.",
+            messages.ERROR,
+        )
+        form = OperatorActionForm(initial={"reason": request.POST.get("reason", "")}, items=items)
+    return confirmation_page(modeladmin, request, action, form)
+
+
+# Query-string keys of the change list that are not filters.
+NOT_FILTERS = {"p", "o", "q", "all", "e", "_changelist_filters", "_to_field", "_popup"}
+
+
+def describe_filter(request: HttpRequest) -> str:
+    """The change list's filters in words: `work items with status__exact=failed, q=x`."""
+    parts = [f"{k}={v}" for k, v in request.GET.items() if k not in NOT_FILTERS - {"q"}]
+    return "work items with " + ", ".join(parts) if parts else "every work item"
+
+
+def bulk_by_filter(
+    modeladmin: WorkItemAdmin, request: HttpRequest, queryset: QuerySet[WorkItem], action: str
+) -> HttpResponse | None:
+    """ "Select all N": every item matching the change list's filters, up to the bulk limit."""
+    selection = bulk.select(queryset, describe_filter(request))
+    if request.POST.get(bulk.BULK_FIELD) == "yes":
+        form = BulkActionForm(request.POST)
+        if form.is_valid() and not selection.over_limit:
+            if form.cleaned_data["expected"] != selection.count:
+                modeladmin.message_user(
+                    request,
+                    f"{selection.count:,} items matched when you confirmed "
+                    f"({form.cleaned_data['expected']:,} when the page was shown).",
+                    messages.WARNING,
+                )
+            bulk.apply(
+                modeladmin,
+                request,
+                action=action,
+                selection=selection,
+                reason=form.cleaned_data["reason"],
+            )
+            return None
+    else:
+        form = BulkActionForm(initial={"expected": selection.count})
+    # Django dispatches an action only when a row is ticked: one id rides along.
+    hidden = {"action": ACTION_NAMES[action], "select_across": "1", "index": "0"}
+    if selection.ids:
+        hidden[ACTION_CHECKBOX_NAME] = selection.ids[0]
+    return bulk.confirmation_page(
+        modeladmin,
+        request,
+        action=action,
+        selection=selection,
+        form=form,
+        post_url=request.get_full_path(),
+        hidden=hidden,
+        cancel_url=request.get_full_path(),
+    )
+
+
+def confirmation_page(
+    modeladmin: WorkItemAdmin, request: HttpRequest, action: str, form: OperatorActionForm
+) -> TemplateResponse:
+    applies = Action.accepts[action]
+    rows = [
+        {
+            "item": item,
+            "applies": item.status in applies,
+            "lease_remaining": display.lease_remaining(item),
+            "heartbeat_age": display.heartbeat_age(item),
+        }
+        for item in form.items
+    ]
+    return_to = _safe_return_to(
+        request, request.POST.get(RETURN_FIELD) or request.META.get("HTTP_REFERER", "")
+    )
+    text = ACTION_TEXT[action]
+    site = modeladmin.admin_site
+    context = {
+        **site.each_context(request),
+        "title": f"{text['verb']}: are you sure?",
+        "subtitle": None,
+        "opts": modeladmin.opts,
+        "media": modeladmin.media,
+        "action": action,
+        "action_name": ACTION_NAMES[action],
+        "action_text": text,
+        "form": form,
+        "rows": rows,
+        "applicable": sum(1 for r in rows if r["applies"]),
+        "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        "confirm_field": CONFIRM_FIELD,
+        "return_field": RETURN_FIELD,
+        "return_to": return_to,
+        "changelist_url": reverse(f"{site.name}:leasing_workitem_changelist"),
+    }
+    request.current_app = site.name
+    return TemplateResponse(
+        request, "admin/leasing/workitem/operator_action_confirmation.html", context
+    )
+
+
+def apply(
+    modeladmin: WorkItemAdmin, request: HttpRequest, action: str, form: OperatorActionForm
+) -> None:
+    """Call the service for each confirmed item; report and log what happened."""
+    reason = form.cleaned_data["reason"]
+    actor = request.user.get_username()
+    text = ACTION_TEXT[action]
+    applied: list[operations.OperatorResult] = []
+    for item_id, (token, heartbeat_at) in form.expected_leases().items():
+        try:
+            result = operations.apply_action(
+                action,
+                item_id,
+                expected_token=token,
+                expected_heartbeat_at=heartbeat_at,
+                actor=actor,
+                reason=reason,
+            )
+        except WorkItemNotFound:
+            modeladmin.message_user(
+                request, f"Work item {item_id} no longer exists; skipped.", messages.ERROR
+            )
+            continue
+        except LeasingError as exc:
+            modeladmin.message_user(request, f"{item_id}: not changed ({exc}).", messages.ERROR)
+            continue
+        if result.applied:
+            applied.append(result)
+        else:
+            modeladmin.message_user(request, f"{item_id} {result.detail}.", messages.WARNING)
+    if not applied:
+        return
+    fresh = WorkItem.objects.defer("input_data", "output_data").in_bulk(
+        [r.work_item_id for r in applied]
+    )
+    for result in applied:
+        obj = fresh.get(result.work_item_id)
+        if obj is not None:
+            modeladmin.log_change(
+                request,
+                obj,
+                f"{text['verb']} ({result.old_status} → {result.new_status}): {reason}",
+            )
+    count = len(applied)
+    modeladmin.message_user(
+        request, f"{count} work item{'s' if count != 1 else ''} {text['done']}.", messages.SUCCESS
+    )

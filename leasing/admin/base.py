@@ -1,0 +1,139 @@
+"""The base of every leasing ModelAdmin: read-only, large-table lists, refusal of bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ERROR_FLAG
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.safestring import SafeString
+
+from . import display
+from .changelist import LeasingChangeList, exact_search
+from .guards import first_unstorable, refusal_message, storable
+from .paginator import EstimatedCountPaginator
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written only by the services: viewable, never added, changed or deleted here.
+
+    Every view first refuses parameters the database cannot store, with a
+    message instead of a database error.
+    """
+
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    paginator = EstimatedCountPaginator
+    # Exact matches on indexed columns only (see `get_search_results`).
+    search_columns: tuple[str, ...] = ()
+    search_upper: tuple[str, ...] = ()
+    # The detail page: `detail_fields`, then `payload_fields` for `leasing.view_payload`.
+    detail_fields: tuple[str, ...] = ()
+    payload_fields: tuple[str, ...] = ()
+
+    class Media:
+        css = {"all": ["leasing/admin.css"]}
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # rows are written by the services (enqueue, workers, the sweep)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # state changes only through the operator actions
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # deleting an item would cascade to its audit trail
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[LeasingChangeList]:
+        return LeasingChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        if not self.search_columns:
+            return super().get_search_results(request, queryset, search_term)
+        return exact_search(queryset, search_term, self.search_columns, self.search_upper), False
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if not self.detail_fields:
+            return super().get_fields(request, obj)
+        fields = list(self.detail_fields)
+        if self.payload_fields and display.payloads_visible(request.user):
+            fields += self.payload_fields
+        return fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if not self.detail_fields:
+            return list(super().get_readonly_fields(request, obj))
+        return self.get_fields(request, obj)
+
+    # --- bad input: a message, never a database error ---
+
+    def _refuse_unstorable(self, request: HttpRequest) -> HttpResponse | None:
+        name = first_unstorable(request.GET, request.POST)
+        if name is None:
+            return None
+        self.message_user(request, refusal_message(f"parameter {name}"), messages.ERROR)
+        info = self.opts.app_label, self.opts.model_name
+        url = reverse("{}:{}_{}_changelist".format(self.admin_site.name, *info))
+        return HttpResponseRedirect(url)
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        # None makes Django answer "doesn't exist" instead of querying with a NUL.
+        if not storable(object_id):
+            return None
+        return super().get_object(request, object_id, from_field)
+
+    def get_changelist_instance(self, request: HttpRequest) -> LeasingChangeList:
+        try:
+            return super().get_changelist_instance(request)
+        except IncorrectLookupParameters:
+            if ERROR_FLAG not in request.GET:
+                self.message_user(
+                    request,
+                    "The filter, sort or date parameters of the list were not valid; "
+                    "the whole list is shown instead.",
+                    messages.ERROR,
+                )
+            raise
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        return self._refuse_unstorable(request) or super().changelist_view(request, extra_context)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: Any = None,
+    ) -> HttpResponse:
+        return self._refuse_unstorable(request) or super().changeform_view(
+            request, object_id, form_url, extra_context
+        )
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: Any = None
+    ) -> HttpResponse:
+        return self._refuse_unstorable(request) or super().history_view(
+            request, object_id, extra_context
+        )
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: Any = None
+    ) -> HttpResponse:
+        return self._refuse_unstorable(request) or super().delete_view(
+            request, object_id, extra_context
+        )
+
+
+class WorkItemLinkColumn:
+    """The `work_item_link` column of tables that reference a work item."""
+
+    admin_site: admin.AdminSite
+
+    @admin.display(description="work item")
+    def work_item_link(self, obj: Model) -> SafeString | str:
+        return display.work_item_link(self.admin_site.name, obj.work_item_id)

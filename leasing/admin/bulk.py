@@ -1,0 +1,135 @@
+"""Operator actions on every item matching a selection: a list filter, an error group.
+
+The confirmation page states how many items match now and refuses more than
+`BULK_LIMIT` (narrow the selection instead). Confirming evaluates the
+selection again and calls `leasing.services.operations.apply_action` once per item,
+fenced by the lease token read just before: an item whose lease moves on
+while the action runs, or that is no longer in a status the action applies
+to, is skipped and counted. Every change is audited twice: the item's
+`state_transition` checkpoint (by the service) and an admin log entry naming
+the selection and the reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from ..exceptions import LeasingError
+from ..models import WorkItem
+from ..services import operations
+from .forms import BulkActionForm
+from .wording import ACTION_TEXT
+
+if TYPE_CHECKING:
+    from .options import WorkItemAdmin
+
+BULK_LIMIT = 1000
+BULK_FIELD = "_leasing_bulk"
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The items a bulk action would change now (at most `BULK_LIMIT + 1` ids read)."""
+
+    description: str
+    ids: tuple[str, ...]
+
+    @property
+    def over_limit(self) -> bool:
+        return len(self.ids) > BULK_LIMIT
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+
+def select(queryset: QuerySet[WorkItem], description: str) -> Selection:
+    ids = queryset.order_by().values_list("pk", flat=True)[: BULK_LIMIT + 1]
+    return Selection(description, tuple(ids))
+
+
+def confirmation_page(
+    modeladmin: WorkItemAdmin,
+    request: HttpRequest,
+    *,
+    action: str,
+    selection: Selection,
+    form: BulkActionForm,
+    post_url: str,
+    hidden: dict[str, str],
+    cancel_url: str,
+) -> TemplateResponse:
+    text = ACTION_TEXT[action]
+    site = modeladmin.admin_site
+    context = {
+        **site.each_context(request),
+        "title": f"{text['verb']} {selection.description}: are you sure?",
+        "subtitle": None,
+        "opts": modeladmin.opts,
+        "media": modeladmin.media,
+        "action_text": text,
+        "selection": selection,
+        "limit": BULK_LIMIT,
+        "form": form,
+        "post_url": post_url,
+        "hidden": {**hidden, BULK_FIELD: "yes"},
+        "cancel_url": cancel_url,
+    }
+    request.current_app = site.name
+    return TemplateResponse(request, "admin/leasing/workitem/bulk_confirmation.html", context)
+
+
+def apply(
+    modeladmin: WorkItemAdmin,
+    request: HttpRequest,
+    *,
+    action: str,
+    selection: Selection,
+    reason: str,
+) -> None:
+    """Apply `action` to each selected item; report the counts and log what changed."""
+    actor = request.user.get_username()
+    tokens = dict(WorkItem.objects.filter(pk__in=selection.ids).values_list("pk", "lease_token"))
+    applied: list[str] = []
+    skipped: Counter[str] = Counter()
+    for item_id in selection.ids:
+        if item_id not in tokens:
+            skipped["it no longer exists"] += 1
+            continue
+        try:
+            result = operations.apply_action(
+                action, item_id, expected_token=tokens[item_id], actor=actor, reason=reason
+            )
+        except LeasingError as exc:
+            skipped[str(exc)] += 1
+            continue
+        if result.applied:
+            applied.append(item_id)
+        else:
+            skipped[result.detail.removeprefix("skipped: ")] += 1
+    text = ACTION_TEXT[action]
+    if applied:
+        _log(request, applied, f"{text['verb']} (bulk: {selection.description}): {reason}")
+        modeladmin.message_user(
+            request,
+            f"{len(applied):,} work item{'s' if len(applied) != 1 else ''} {text['done']} "
+            f"({selection.description}).",
+            messages.SUCCESS,
+        )
+    for why, count in skipped.most_common(5):
+        modeladmin.message_user(request, f"{count:,} skipped: {why}.", messages.WARNING)
+    if not applied and not skipped:
+        modeladmin.message_user(request, "Nothing matched any more; nothing changed.")
+
+
+def _log(request: HttpRequest, item_ids: list[str], message: str) -> None:
+    objects: Any = WorkItem.objects.defer("input_data", "output_data").filter(pk__in=item_ids)
+    LogEntry.objects.log_actions(request.user.pk, list(objects), CHANGE, message)

@@ -1,0 +1,117 @@
+"""How the admin pages show leasing values: badges, ages, payloads and links."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.db.models import Model
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..conf import get_settings
+from ..console.durations import EMPTY, humanize_seconds
+from ..models import WorkItem, WorkItemStatus
+
+PAYLOAD_PERMISSION = "leasing.view_payload"
+
+
+def payloads_visible(user: Any) -> bool:
+    """Only `leasing.view_payload` holders see input/output data and snapshots."""
+    return bool(user.has_perm(PAYLOAD_PERMISSION))
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def payload_html(value: Any) -> SafeString:
+    """A payload as indented JSON in a <pre> block (escaped)."""
+    if value is None:
+        return format_html('<span class="quiet">{}</span>', EMPTY)
+    return format_html('<pre class="leasing-json">{}</pre>', pretty_json(value))
+
+
+def payload_column(field: str, description: str) -> Callable[[Any, Model], SafeString]:
+    """A read-only ModelAdmin column showing the JSON of `field`."""
+
+    @admin.display(description=description)
+    def column(model_admin: Any, obj: Model) -> SafeString:
+        return payload_html(getattr(obj, field))
+
+    return column
+
+
+def badge(kind: str, value: str, label: str) -> SafeString:
+    """A coloured badge: `kind` is status, worker or cp (checkpoint type)."""
+    return format_html('<span class="leasing-badge leasing-{}-{}">{}</span>', kind, value, label)
+
+
+def ago(seconds: float) -> str:
+    return f"{humanize_seconds(max(0.0, seconds))} ago"
+
+
+class ItemUrls:
+    """Admin change URLs of work items, without one `reverse()` per link."""
+
+    MARKER = "__leasing_work_item__"
+
+    def __init__(self, site: str) -> None:
+        self._template = reverse(f"{site}:leasing_workitem_change", args=[self.MARKER])
+
+    def __call__(self, pk: str) -> str:
+        return self._template.replace(self.MARKER, quote(pk))
+
+
+def work_item_link(site: str, work_item_id: str | None) -> SafeString | str:
+    if not work_item_id:
+        return EMPTY
+    url = reverse(f"{site}:leasing_workitem_change", args=[quote(work_item_id)])
+    return format_html('<a href="{}">{}</a>', url, work_item_id)
+
+
+def timeline_link(site: str, task_id: str, title: str = "") -> SafeString:
+    url = reverse(f"{site}:leasing_workitem_timeline", args=[task_id])
+    if title:
+        return format_html('<a href="{}" title="{}">{}</a>', url, title, task_id)
+    return format_html('<a href="{}">{}</a>', url, task_id)
+
+
+# --- lease columns of a work item (annotated with `db_now`, the database clock) ---------------
+
+
+def lease_remaining(item: WorkItem) -> SafeString | str:
+    if item.status != WorkItemStatus.IN_PROGRESS or item.lease_expires_at is None:
+        return EMPTY
+    remaining = (item.lease_expires_at - item.db_now).total_seconds()
+    if remaining < 0:
+        return format_html(
+            '<span class="leasing-expired" title="Lease expired; the recovery sweep will '
+            're-queue or fail it">expired {}</span>',
+            ago(-remaining),
+        )
+    return humanize_seconds(remaining)
+
+
+def heartbeat_age(item: WorkItem) -> SafeString | str:
+    if item.heartbeat_at is None or item.status != WorkItemStatus.IN_PROGRESS:
+        return EMPTY
+    age = (item.db_now - item.heartbeat_at).total_seconds()
+    stale_after = get_settings().stale_heartbeat
+    if age > stale_after:
+        return format_html(
+            '<span class="leasing-stale" title="No heartbeat for more than {}">{} (stale)</span>',
+            humanize_seconds(stale_after),
+            ago(age),
+        )
+    return ago(age)
+
+
+def last_progress(item: WorkItem) -> str:
+    if item.progress_at is None:
+        return EMPTY
+    return ago((item.db_now - item.progress_at).total_seconds())

@@ -1,0 +1,380 @@
+"""The ModelAdmins of the four leasing tables.
+
+* Work items are read-only rows with three operator actions (see
+  `leasing.admin.actions`); the dashboard and the per-task checkpoint
+  timeline are admin views of `WorkItemAdmin` (`leasing.admin.views`).
+* Checkpoints, idempotency keys and workers are read-only.
+* Payloads (`input_data`, `output_data`, `snapshot_data`, `metadata`,
+  `response_data`) are shown only to users with `leasing.view_payload`; no
+  search looks inside them.
+* Lists are built for tables of millions of rows: counts stop at
+  `EstimatedCountPaginator.exact_limit` and fall back to the planner's
+  estimate, searches are exact matches on indexed columns, and the date
+  hierarchy of a large list is derived from the bounds of the index.
+* Input the database cannot store (a NUL byte in an id, a filter or a
+  selected row) is refused with a message before any query (`base`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.db.models import QuerySet
+from django.db.models.functions import Now
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+
+from ..console.durations import humanize_seconds
+from ..console.failures import item_failures
+from ..console.liveness import Liveness, liveness
+from ..models import Checkpoint, IdempotencyKey, Worker, WorkerStatus, WorkItem
+from . import actions, display, views
+from .base import ReadOnlyAdmin, WorkItemLinkColumn
+from .filters import LeaseHealthFilter, QueueFilter, StatusFilter, WorkTypeFilter
+
+# --- work items -------------------------------------------------------------------------------
+
+
+@admin.register(WorkItem)
+class WorkItemAdmin(ReadOnlyAdmin):
+    list_display = (
+        "work_item_id",
+        "task_link",
+        "work_type",
+        "queue_name",
+        "status_badge",
+        "lease_remaining",
+        "heartbeat_age",
+        "last_progress",
+        "retries",
+        "lease_holder",
+        "created_at",
+    )
+    list_filter = (StatusFilter, LeaseHealthFilter, WorkTypeFilter, QueueFilter)
+    search_fields = ("=work_item_id", "=task_id", "=lease_holder")
+    search_columns = ("work_item_id", "task_id", "lease_holder")
+    search_upper = ("work_item_id",)
+    search_help_text = "Exact work item id, task id or lease holder (several: separate by spaces)."
+    date_hierarchy = "created_at"
+    ordering = ("-created_at", "-work_item_id")
+    sortable_by = (
+        "work_item_id",
+        "created_at",
+        "status_badge",
+        "lease_remaining",
+        "heartbeat_age",
+        "last_progress",
+    )
+    list_per_page = 50
+    list_max_show_all = 200
+    actions = (
+        actions.force_release_selected,
+        actions.force_fail_selected,
+        actions.retry_failed_selected,
+    )
+
+    list_refresh_seconds = 30  # the list refreshes itself in place (leasing/console.js)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        extra_context = {**(extra_context or {}), "leasing_refresh": self.list_refresh_seconds}
+        return super().changelist_view(request, extra_context)
+
+    def has_force_release_permission(self, request: HttpRequest) -> bool:
+        """`leasing.force_release_workitem`: the three operator actions."""
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.force_release_{opts.model_name}")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkItem]:
+        # `db_now` is the database clock for the lease columns; payloads are
+        # not loaded unless a page shows them.
+        return (
+            super().get_queryset(request).annotate(db_now=Now()).defer("input_data", "output_data")
+        )
+
+    # --- columns ---
+
+    def action_checkbox(self, obj: WorkItem) -> SafeString:
+        """Django's row checkbox, written directly.
+
+        The stock one renders a form widget through the template engine for
+        every row, a fifth of the time of a 50-row list page.
+        """
+        label = format_html(gettext("Select this object for an action - {}"), str(obj))
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            ACTION_CHECKBOX_NAME,
+            obj.pk,
+            label,
+        )
+
+    @admin.display(description="task")
+    def task_link(self, obj: WorkItem) -> SafeString:
+        return display.timeline_link(
+            self.admin_site.name, obj.task_id, "Checkpoint timeline of this task"
+        )
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj: WorkItem) -> SafeString:
+        return display.badge("status", obj.status, obj.get_status_display())
+
+    @admin.display(description="lease remaining", ordering="lease_expires_at")
+    def lease_remaining(self, obj: WorkItem) -> SafeString | str:
+        return display.lease_remaining(obj)
+
+    @admin.display(description="heartbeat", ordering="heartbeat_at")
+    def heartbeat_age(self, obj: WorkItem) -> SafeString | str:
+        return display.heartbeat_age(obj)
+
+    @admin.display(description="last progress", ordering="progress_at")
+    def last_progress(self, obj: WorkItem) -> str:
+        return display.last_progress(obj)
+
+    @admin.display(description="retries")
+    def retries(self, obj: WorkItem) -> str:
+        return f"{obj.retry_count}/{obj.max_retries}"
+
+    # --- change view ---
+
+    fieldsets = (
+        (None, {"fields": ("work_item_id", "task_link", "work_type", "queue_name", "priority",
+                           "status_badge")}),
+        ("Lease", {"fields": ("lease_holder", "lease_token", "lease_acquired_at",
+                              "lease_expires_at", "lease_remaining", "heartbeat_at",
+                              "heartbeat_age", "progress_at", "last_progress")}),
+        ("Retries", {"fields": ("retries", "run_after", "error_message")}),
+        ("Times", {"fields": ("created_at", "started_at", "completed_at", "updated_at")}),
+    )  # fmt: skip
+    readonly_fields = (
+        "task_link",
+        "status_badge",
+        "lease_remaining",
+        "heartbeat_age",
+        "last_progress",
+        "retries",
+    )
+    payload_fields = ("input_payload", "output_payload")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        fieldsets = list(self.fieldsets)
+        if display.payloads_visible(request.user):
+            fieldsets.append(("Payload", {"fields": self.payload_fields}))
+        return fieldsets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(self.readonly_fields)
+        if display.payloads_visible(request.user):
+            fields += self.payload_fields
+        return fields
+
+    input_payload = display.payload_column("input_data", "input data")
+    output_payload = display.payload_column("output_data", "output data")
+
+    # --- the dashboard and the timeline ---
+
+    # The console's pages: (route, view, URL name suffix), e.g. leasing_workitem_dashboard.
+    console_views = (
+        ("dashboard/", views.dashboard_view, "dashboard"),
+        ("timeline/<path:task_id>/", views.timeline_view, "timeline"),
+        ("errors/", views.errors_view, "errors"),
+        ("errors/retry/", views.retry_group_view, "errors_retry"),
+        ("history/", views.history_view, "history"),
+    )
+
+    def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        wrap = self.admin_site.admin_view
+        return [
+            *(
+                path(route, wrap(partial(view, model_admin=self)), name=f"{prefix}_{suffix}")
+                for route, view, suffix in self.console_views
+            ),
+            *super().get_urls(),
+        ]
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: WorkItem | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            visible = display.payloads_visible(request.user)
+            context["payloads_visible"] = visible
+            context["failures"] = item_failures(obj, include_payloads=visible)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+
+# --- checkpoints, idempotency keys, workers ------------------------------------------------------
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
+    list_display = (
+        "task_link",
+        "sequence_number",
+        "type_badge",
+        "work_item_link",
+        "created_at",
+    )
+    list_filter = ("checkpoint_type",)
+    search_fields = ("=task_id", "=work_item__work_item_id")
+    search_columns = ("task_id", "work_item_id")
+    search_upper = ("work_item_id",)
+    search_help_text = "Exact task id or work item id (several: separate by spaces)."
+    date_hierarchy = "created_at"
+    ordering = ("-created_at", "-checkpoint_id")
+    sortable_by = ("sequence_number", "created_at")
+    list_per_page = 100
+    detail_fields = (
+        "checkpoint_id",
+        "task_link",
+        "sequence_number",
+        "type_badge",
+        "work_item_link",
+        "created_at",
+    )
+    payload_fields = ("snapshot_payload", "metadata_payload")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Checkpoint]:
+        return super().get_queryset(request).defer("snapshot_data", "metadata")
+
+    @admin.display(description="task", ordering="task_id")
+    def task_link(self, obj: Checkpoint) -> SafeString:
+        return display.timeline_link(self.admin_site.name, obj.task_id)
+
+    @admin.display(description="type", ordering="checkpoint_type")
+    def type_badge(self, obj: Checkpoint) -> SafeString:
+        return display.badge("cp", obj.checkpoint_type, obj.get_checkpoint_type_display())
+
+    snapshot_payload = display.payload_column("snapshot_data", "snapshot")
+    metadata_payload = display.payload_column("metadata", "metadata")
+
+
+@admin.register(IdempotencyKey)
+class IdempotencyKeyAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
+    list_display = (
+        "idempotency_key",
+        "status",
+        "task_id",
+        "work_item_link",
+        "created_at",
+        "completed_at",
+        "expires_at",
+    )
+    list_filter = ("status",)
+    search_fields = ("=idempotency_key", "=task_id")
+    search_columns = ("idempotency_key", "task_id")
+    search_help_text = "Exact idempotency key or task id."
+    date_hierarchy = "created_at"
+    ordering = ("-created_at", "-idempotency_key")
+    sortable_by = ("idempotency_key", "created_at", "completed_at", "expires_at")
+    detail_fields = (
+        "idempotency_key",
+        "status",
+        "task_id",
+        "work_item_link",
+        "request_hash",
+        "created_at",
+        "completed_at",
+        "expires_at",
+    )
+    payload_fields = ("response_payload",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[IdempotencyKey]:
+        return super().get_queryset(request).defer("response_data")
+
+    response_payload = display.payload_column("response_data", "response data")
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyAdmin):
+    list_display = (
+        "worker_id",
+        "role",
+        "status_badge",
+        "hostname",
+        "pid",
+        "last_seen",
+        "started_at",
+        "concurrency",
+        "items_completed",
+        "items_failed",
+        "scans",
+        "items_recovered",
+        "last_scan_at",
+    )
+    list_filter = ("role", "status")
+    search_fields = ("=worker_id", "=hostname")
+    ordering = ("-last_seen_at", "worker_id")
+    detail_fields = (
+        "worker_id",
+        "role",
+        "status_badge",
+        "last_seen",
+        "hostname",
+        "pid",
+        "started_at",
+        "stopped_at",
+        "concurrency",
+        "work_types",
+        "queues",
+        "held_items",
+        "items_completed",
+        "items_failed",
+        "scans",
+        "items_recovered",
+        "last_scan_at",
+        "last_scan_stats",
+    )
+    HELD_ITEMS_SHOWN = 50
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        return super().get_queryset(request).annotate(db_now=Now())
+
+    def _liveness(self, obj: Worker) -> Liveness:
+        return liveness(obj, (obj.db_now - obj.last_seen_at).total_seconds())
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj: Worker) -> SafeString:
+        if self._liveness(obj).silent:
+            return display.badge("worker", WorkerStatus.LOST, "Silent")
+        return display.badge("worker", obj.status, obj.get_status_display())
+
+    @admin.display(description="last seen", ordering="last_seen_at")
+    def last_seen(self, obj: Worker) -> SafeString:
+        alive = self._liveness(obj)
+        css = "leasing-bad-text" if alive.silent else ""
+        return format_html(
+            '<span class="{}" title="beats every {}; silent after {}">{}</span>',
+            css,
+            humanize_seconds(alive.interval_seconds),
+            humanize_seconds(alive.limit_seconds),
+            alive.text,
+        )
+
+    @admin.display(description="leases held")
+    def held_items(self, obj: Worker) -> SafeString | str:
+        held = WorkItem.objects.held_by(obj.worker_id).order_by("lease_expires_at")
+        ids = list(held.values_list("pk", flat=True)[: self.HELD_ITEMS_SHOWN + 1])
+        if not ids:
+            return display.EMPTY
+        links = [display.work_item_link(self.admin_site.name, pk) for pk in ids]
+        more = ""
+        if len(ids) > self.HELD_ITEMS_SHOWN:
+            url = reverse(f"{self.admin_site.name}:leasing_workitem_changelist")
+            more = format_html(' <a href="{}?{}">all…</a>', url, urlencode({"q": obj.worker_id}))
+        return format_html(
+            '<span class="leasing-lease-ids">{}</span>{}',
+            format_html_join("", "{}", ((link,) for link in links[: self.HELD_ITEMS_SHOWN])),
+            more,
+        )

@@ -1,0 +1,14 @@
+"""The admin views of the console, registered by `WorkItemAdmin.get_urls()`.
+
+Each is wrapped in `AdminSite.admin_view`, so it is staff-only and anonymous
+users go to the admin login. They read through `leasing.console` and only
+build template context; the operator actions they offer go through
+`leasing.admin.actions` and `leasing.admin.bulk`.
+"""
+
+from .dashboard import dashboard_view
+from .errors import errors_view, retry_group_view
+from .history import history_view
+from .timeline import timeline_view
+
+__all__ = ["dashboard_view", "errors_view", "history_view", "retry_group_view", "timeline_view"]

@@ -1,0 +1,81 @@
+"""The dashboard (`admin:leasing_workitem_dashboard`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from ...console.charts import retry_chart, throughput_chart
+from ...console.dashboard import build_dashboard
+from ...console.durations import humanize_seconds
+from ...console.tiles import tiles
+from ..display import ItemUrls, pretty_json
+from ..forms import DashboardForm
+from .common import console_context, render_console
+
+if TYPE_CHECKING:
+    from ..options import WorkItemAdmin
+
+
+def recovery_summary(snapshot: Any) -> str:
+    """One line from an error_boundary snapshot (shown only with view_payload)."""
+    if not isinstance(snapshot, dict):
+        return ""
+    error = next(
+        (str(snapshot[k]) for k in ("error", "error_message", "message") if snapshot.get(k)), ""
+    )
+    parts = [error[:200]] if error else []
+    if snapshot.get("retry_count") is not None:
+        retry = f"retry {snapshot['retry_count']}"
+        if snapshot.get("max_retries") is not None:
+            retry += f"/{snapshot['max_retries']}"
+        if retry not in error:
+            parts.append(retry)
+    return " · ".join(parts)
+
+
+def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> TemplateResponse:
+    """Lease health, sweep health, workers, retry distribution, throughput, recoveries."""
+    context = console_context(model_admin, request, "Leasing dashboard")
+    form = DashboardForm(request.GET or None)
+    window, refresh = form.settings()
+    include_payloads = context["payloads_visible"]
+    data = build_dashboard(include_payloads=include_payloads, window_minutes=window)
+    item_url = ItemUrls(model_admin.admin_site.name)
+    context |= {
+        "data": data,
+        "form": form,
+        "window": window,
+        "window_label": dict(form.fields["window"].choices).get(window, f"{window} min"),
+        "refresh": refresh,
+        "tiles": tiles(data, context["changelist_url"]),
+        "retry_chart": retry_chart(data.retries),
+        "throughput_chart": throughput_chart(data.throughput),
+        "recoveries": [
+            {
+                "entry": entry,
+                "item_url": item_url(entry.work_item_id) if entry.work_item_id else None,
+                "summary": recovery_summary(entry.snapshot) if include_payloads else None,
+                "snapshot": pretty_json(entry.snapshot) if include_payloads else None,
+            }
+            for entry in data.recoveries
+        ],
+        "workers": [
+            {"process": w, "leases": [(pk, item_url(pk)) for pk in w.lease_ids]}
+            for w in data.workers
+        ],
+        "orphans": [
+            {"holder": h, "leases": [(pk, item_url(pk)) for pk in h.lease_ids]}
+            for h in data.orphan_holders
+        ],
+        "stale_after": humanize_seconds(data.lease_health.stale_after_seconds),
+        "retries_age": None
+        if data.retries_as_of is None
+        else humanize_seconds((data.now - data.retries_as_of).total_seconds()),
+        "sweep_since": humanize_seconds(data.sweep.seconds_since_last_scan),
+    }
+    return render_console(
+        request, context, "admin/leasing/dashboard.html", "admin/leasing/dashboard/panels.html"
+    )

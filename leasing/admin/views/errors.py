@@ -1,0 +1,106 @@
+"""Top errors (`admin:leasing_workitem_errors`) and "retry this group".
+
+Failed items of a window grouped by exception type and normalised message
+(`leasing.console.failures`). Retrying a group is a bulk action: a
+confirmation page with the count, the bulk limit, and an audit record per item.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from ...console.failures import error_groups, group_members
+from ...services.operations import Action
+from ...sql.runner import database_now
+from .. import bulk
+from ..display import ItemUrls
+from ..forms import BulkActionForm, WindowForm
+from .common import console_context
+
+if TYPE_CHECKING:
+    from ..options import WorkItemAdmin
+
+GROUP_KEY = re.compile(r"[0-9a-f]{16}")
+
+
+def errors_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> TemplateResponse:
+    context = console_context(model_admin, request, "Top errors")
+    form = WindowForm(request.GET or None)
+    minutes = form.minutes()
+    groups, truncated = error_groups(database_now() - timedelta(minutes=minutes))
+    item_url = ItemUrls(model_admin.admin_site.name)
+    retry_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors_retry")
+    context |= {
+        "form": form,
+        "window_label": WindowForm.WINDOWS[minutes],
+        "groups": [
+            {
+                "group": group,
+                "examples": [(pk, item_url(pk)) for pk in group.examples],
+                "retry_url": f"{retry_url}?{urlencode({'key': group.key, 'window': minutes})}",
+            }
+            for group in groups
+        ],
+        "truncated": truncated,
+        "can_retry": model_admin.has_force_release_permission(request),
+    }
+    return TemplateResponse(request, "admin/leasing/errors.html", context)
+
+
+def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> HttpResponse:
+    """Confirm, then retry every failed item of one error group (`?key=…&window=…`)."""
+    console_context(model_admin, request, "Retry an error group")  # view permission
+    if not model_admin.has_force_release_permission(request):
+        raise PermissionDenied
+    errors_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors")
+    form = WindowForm(request.GET)
+    minutes = form.minutes()
+    errors_url += f"?{urlencode({'window': minutes})}"
+    window = WindowForm.WINDOWS[minutes]
+    key = request.GET.get("key", "")
+    start = database_now() - timedelta(minutes=minutes)
+    group = next((g for g in error_groups(start)[0] if g.key == key), None)
+    if not GROUP_KEY.fullmatch(key) or group is None:
+        model_admin.message_user(
+            request,
+            f"No failed item of the last {window} has this error any more; nothing was changed.",
+            messages.WARNING,
+        )
+        return HttpResponseRedirect(errors_url)
+    kind = f"{group.exception_type}: " if group.exception_type else ""
+    selection = bulk.Selection(
+        f"failed in the last {window} with “{kind}{group.message}”",
+        tuple(group_members(start, key, bulk.BULK_LIMIT + 1)),
+    )
+    if request.method == "POST" and request.POST.get(bulk.BULK_FIELD) == "yes":
+        confirm = BulkActionForm(request.POST)
+        if confirm.is_valid() and not selection.over_limit:
+            bulk.apply(
+                model_admin,
+                request,
+                action=Action.RETRY,
+                selection=selection,
+                reason=confirm.cleaned_data["reason"],
+            )
+            return HttpResponseRedirect(errors_url)
+    else:
+        confirm = BulkActionForm(initial={"expected": selection.count})
+    return bulk.confirmation_page(
+        model_admin,
+        request,
+        action=Action.RETRY,
+        selection=selection,
+        form=confirm,
+        post_url=request.get_full_path(),
+        hidden={},
+        cancel_url=errors_url,
+    )

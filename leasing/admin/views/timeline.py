@@ -1,0 +1,50 @@
+"""A task's checkpoint timeline (`admin:leasing_workitem_timeline`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.http import Http404, HttpRequest
+from django.template.response import TemplateResponse
+
+from ...console.durations import humanize_seconds
+from ...console.timeline import task_timeline
+from ...models import CheckpointType
+from ..display import pretty_json
+from ..guards import storable
+from .common import console_context
+
+if TYPE_CHECKING:
+    from ..options import WorkItemAdmin
+
+
+def timeline_view(
+    request: HttpRequest, task_id: str, *, model_admin: WorkItemAdmin
+) -> TemplateResponse:
+    """A task's checkpoints in sequence order, with an expandable snapshot each."""
+    context = console_context(model_admin, request, f"Checkpoint timeline: {task_id}")
+    if not storable(task_id):
+        raise Http404("No task has this id: it contains characters no task id can hold.")
+    include_payloads = context["payloads_visible"]
+    timeline = task_timeline(task_id, include_payloads=include_payloads)
+    if not timeline.entries and not timeline.items:
+        raise Http404(f"No work items or checkpoints for task {task_id!r}.")
+    first = timeline.entries[0].created_at if timeline.entries else None
+    context |= {
+        "timeline": timeline,
+        "rows": [
+            {
+                "entry": entry,
+                "offset": humanize_seconds((entry.created_at - first).total_seconds())
+                if first
+                else "",
+                "snapshot": pretty_json(entry.snapshot) if include_payloads else None,
+                "metadata": pretty_json(entry.metadata)
+                if include_payloads and entry.metadata is not None
+                else None,
+            }
+            for entry in timeline.entries
+        ],
+        "types": list(CheckpointType.choices),
+    }
+    return TemplateResponse(request, "admin/leasing/timeline.html", context)

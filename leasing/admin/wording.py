@@ -1,0 +1,27 @@
+"""How the admin names the operator actions."""
+
+from __future__ import annotations
+
+from ..services.operations import Action
+
+ACTION_TEXT = {
+    Action.FORCE_RELEASE: {
+        "verb": "Force-release",
+        "done": "force-released",
+        "explain": (
+            "Each lease is taken from its holder and the item goes back to pending "
+            "(not counted as a retry). The old holder's later renewals, checkpoints and "
+            "release are refused by the fence."
+        ),
+    },
+    Action.FORCE_FAIL: {
+        "verb": "Force-fail",
+        "done": "force-failed",
+        "explain": "Each pending or leased item is failed for good; its lease is cleared.",
+    },
+    Action.RETRY: {
+        "verb": "Retry",
+        "done": "sent back to pending",
+        "explain": "Each failed item goes back to pending with a fresh retry budget.",
+    },
+}

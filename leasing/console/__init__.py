@@ -1,0 +1,85 @@
+"""Read-only queries behind the operator console: the admin dashboard, the checkpoint
+timeline and the `/metrics` collector.
+
+Nothing here writes. Each function returns frozen dataclasses, so a template
+cannot trigger a query by walking a relation, and each query is shaped for an
+index so the pages stay fast on tables of millions of rows:
+
+* `leases`: in-progress items by lease health (the `in_progress` partial index);
+* `census`: items by status, the retry distribution and the claims counter
+  (index-only scans of `work_items_status_retry_idx`);
+* `backlog`: the pending backlog (`work_items_claim_idx`) and throughput over
+  time (`work_items_completed_idx`);
+* `processes`: workers and sweepers, their liveness and the leases they hold;
+* `timeline`: checkpoints of a task and the newest `error_boundary` ones;
+* `choices`: work types and queues offered by the list filters;
+* `charts` and `tiles`: the geometry of the inline SVG charts and the tiles;
+* `dashboard`: every figure of the dashboard page against one clock reading.
+
+Times are compared with the database clock. Payloads (`input_data`,
+`output_data`, checkpoint `snapshot_data` and `metadata`) are loaded only when
+a caller passes `include_payloads=True`, which the views do only for users
+with the `leasing.view_payload` permission.
+"""
+
+from .backlog import THROUGHPUT_WINDOWS, Backlog, Throughput, ThroughputBucket, backlog, throughput
+from .census import (
+    ItemCensus,
+    RetryBucket,
+    RetryDistribution,
+    StatusCounts,
+    cached_retry_distribution,
+    item_census,
+    retry_distribution,
+)
+from .choices import known_queues, known_work_types
+from .dashboard import Dashboard, build_dashboard
+from .durations import humanize_seconds
+from .leases import LeaseHealthSummary, lease_health
+from .processes import (
+    HolderLeases,
+    ProcessCounters,
+    ProcessInfo,
+    SweepHealth,
+    live_workers,
+    process_counters,
+    processes_by_state,
+    sweep_health,
+)
+from .timeline import CheckpointEntry, TaskItem, Timeline, recent_recoveries, task_timeline
+
+__all__ = [
+    "THROUGHPUT_WINDOWS",
+    "Backlog",
+    "CheckpointEntry",
+    "Dashboard",
+    "HolderLeases",
+    "ItemCensus",
+    "LeaseHealthSummary",
+    "ProcessCounters",
+    "ProcessInfo",
+    "RetryBucket",
+    "RetryDistribution",
+    "StatusCounts",
+    "SweepHealth",
+    "TaskItem",
+    "Throughput",
+    "ThroughputBucket",
+    "Timeline",
+    "backlog",
+    "build_dashboard",
+    "cached_retry_distribution",
+    "humanize_seconds",
+    "item_census",
+    "known_queues",
+    "known_work_types",
+    "lease_health",
+    "live_workers",
+    "process_counters",
+    "processes_by_state",
+    "recent_recoveries",
+    "retry_distribution",
+    "sweep_health",
+    "task_timeline",
+    "throughput",
+]

@@ -1,0 +1,139 @@
+"""The pending backlog and throughput over time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Count, Min, Q
+from django.db.models.functions import Now, TruncHour, TruncMinute
+
+from ..models import WorkItem, WorkItemStatus
+from ..sql.runner import database_now
+from .census import FINISHED, CompletedAndFailed, FinishedTotals
+from .durations import age
+
+# --- backlog ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """Pending items: how many, how many wait for `run_after`, and the oldest claimable one."""
+
+    pending: int
+    deferred: int
+    oldest_created_at: datetime | None
+    oldest_age_seconds: float | None
+
+    @property
+    def claimable(self) -> int:
+        return self.pending - self.deferred
+
+
+def backlog(*, now: datetime | None = None, using: str = "default") -> Backlog:
+    """One index-only scan of `work_items_claim_idx` (pending rows only).
+
+    The oldest *claimable* item is the one a worker should already have taken;
+    items deferred by a retry backoff or a future `run_after` wait on purpose
+    and are counted separately. Its age is measured from enqueueing.
+    """
+    now = now or database_now(using)
+    claimable = Q(run_after__isnull=True) | Q(run_after__lte=Now())
+    # Only columns of the claim index (created_at, run_after): counting or
+    # reading anything else would fetch every pending row from the table.
+    counts = (
+        WorkItem.objects.using(using)
+        .pending()
+        .aggregate(
+            pending=Count("*"),
+            deferred=Count("run_after", filter=Q(run_after__gt=Now())),
+            oldest=Min("created_at", filter=claimable),
+        )
+    )
+    return Backlog(
+        pending=counts["pending"],
+        deferred=counts["deferred"],
+        oldest_created_at=counts["oldest"],
+        oldest_age_seconds=age(now, counts["oldest"]),
+    )
+
+
+# --- throughput ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputBucket(CompletedAndFailed):
+    start: datetime
+    completed: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput(FinishedTotals):
+    """Items finished per bucket over the last `window_minutes` (by `completed_at`)."""
+
+    window_minutes: int
+    bucket_minutes: int
+    buckets: tuple[ThroughputBucket, ...]
+
+    @property
+    def completed_per_minute(self) -> float:
+        return self.completed / self.window_minutes if self.window_minutes else 0.0
+
+
+# Window length (minutes) -> bucket length (minutes): 12 to 28 bars each.
+THROUGHPUT_WINDOWS: dict[int, int] = {15: 1, 60: 5, 180: 15, 1440: 60, 10080: 360}
+
+
+def bucket_bounds(window_minutes: int, now: datetime) -> tuple[datetime, timedelta, int]:
+    """(start, bucket length, bucket count) of a window ending with the bucket holding `now`.
+
+    Buckets are aligned to the bucket length from midnight (every length divides
+    a day), so the bars do not shift by a few seconds at every refresh.
+    """
+    if window_minutes not in THROUGHPUT_WINDOWS:
+        raise ValueError(
+            f"window_minutes must be one of {sorted(THROUGHPUT_WINDOWS)}, got {window_minutes!r}"
+        )
+    bucket = THROUGHPUT_WINDOWS[window_minutes]
+    floor = now.replace(second=0, microsecond=0)
+    floor -= timedelta(minutes=(floor.hour * 60 + floor.minute) % bucket)
+    step = timedelta(minutes=bucket)
+    return floor + step - timedelta(minutes=window_minutes), step, window_minutes // bucket
+
+
+def throughput(
+    *, window_minutes: int = 60, now: datetime | None = None, using: str = "default"
+) -> Throughput:
+    """Completions and failures per bucket, from the `completed_at` index.
+
+    Rows are grouped per minute (per hour for hour-long buckets) in SQL and
+    folded into the buckets here.
+    """
+    now = now or database_now(using)
+    start, step, count = bucket_bounds(window_minutes, now)
+    bucket = THROUGHPUT_WINDOWS[window_minutes]
+    truncate = TruncHour if bucket >= 60 else TruncMinute
+    completed = [0] * count
+    failed = [0] * count
+    rows = (
+        WorkItem.objects.using(using)
+        .filter(completed_at__gte=start, status__in=FINISHED)
+        .annotate(minute=truncate("completed_at", tzinfo=UTC))  # buckets are UTC-aligned
+        .order_by()
+        .values("minute", "status")
+        .annotate(n=Count("*"))
+    )
+    for row in rows:
+        index = int((row["minute"] - start) // step)
+        if 0 <= index < count:
+            target = completed if row["status"] == WorkItemStatus.COMPLETED else failed
+            target[index] += row["n"]
+    return Throughput(
+        window_minutes=window_minutes,
+        bucket_minutes=bucket,
+        buckets=tuple(
+            ThroughputBucket(start=start + i * step, completed=completed[i], failed=failed[i])
+            for i in range(count)
+        ),
+    )

@@ -1,0 +1,260 @@
+"""Workers and sweepers: who is alive, what they hold, whether the watchdog runs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Case, Count, F, Q, Sum, When, Window
+from django.db.models.functions import Now, RowNumber
+
+from ..conf import get_settings
+from ..models import Worker, WorkerRole, WorkItem
+from ..sql.runner import database_now
+from .durations import age, duration
+from .liveness import SILENT_AFTER, Liveness, liveness
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """One row of the `workers` table, with the leases a worker holds."""
+
+    worker_id: str
+    role: str
+    status: str
+    hostname: str
+    pid: int
+    started_at: datetime
+    last_seen_at: datetime
+    seconds_since_seen: float
+    concurrency: int
+    work_types: tuple[str, ...]
+    queues: tuple[str, ...]  # empty: every queue
+    liveness: Liveness
+    items_completed: int
+    items_failed: int
+    scans: int
+    items_recovered: int
+    last_scan_at: datetime | None
+    seconds_since_scan: float | None
+    last_scan_stats: dict[str, Any] | None
+    lease_count: int = 0
+    expired_lease_count: int = 0
+    lease_ids: tuple[str, ...] = ()
+
+
+def _strings(listed: Any) -> tuple[str, ...]:
+    return tuple(v for v in (listed or ()) if isinstance(v, str))
+
+
+def _process(row: Worker, now: datetime, **extra: Any) -> ProcessInfo:
+    seen = age(now, row.last_seen_at) or 0.0
+    return ProcessInfo(
+        worker_id=row.worker_id,
+        role=row.role,
+        status=row.status,
+        hostname=row.hostname,
+        pid=row.pid,
+        started_at=row.started_at,
+        last_seen_at=row.last_seen_at,
+        seconds_since_seen=seen,
+        concurrency=row.concurrency,
+        work_types=_strings(row.work_types),
+        queues=_strings(row.queues),
+        liveness=liveness(row, seen),
+        items_completed=row.items_completed,
+        items_failed=row.items_failed,
+        scans=row.scans,
+        items_recovered=row.items_recovered,
+        last_scan_at=row.last_scan_at,
+        seconds_since_scan=age(now, row.last_scan_at),
+        last_scan_stats=row.last_scan_stats if isinstance(row.last_scan_stats, dict) else None,
+        **extra,
+    )
+
+
+# --- the recovery sweep ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SweepHealth:
+    """When the recovery sweep last ran, and whether that is too long ago.
+
+    `ok` is False when no sweeper has ever recorded a scan, or the newest scan
+    is older than `SILENT_AFTER` intervals of the sweeper that made it (its
+    own interval, not the configured one): a dead watchdog must be visible,
+    and the sweeper rows say the same (a running sweeper not seen for that
+    long is silent).
+    """
+
+    sweepers: tuple[ProcessInfo, ...]
+    last_scan_at: datetime | None
+    seconds_since_last_scan: float | None
+    interval_seconds: float
+    threshold_seconds: float
+    ok: bool
+    message: str
+
+
+def sweep_health(*, now: datetime | None = None, using: str = "default") -> SweepHealth:
+    now = now or database_now(using)
+    rows = list(
+        Worker.objects.using(using)
+        .sweepers()
+        .order_by(F("last_scan_at").desc(nulls_last=True), "-last_seen_at")[:20]
+    )
+    sweepers = sorted((_process(r, now) for r in rows), key=lambda s: not s.liveness.silent)
+    scanned = [s for s in sweepers if s.last_scan_at is not None]
+    freshest = max(scanned, key=lambda s: s.last_scan_at) if scanned else None
+    if freshest is None:
+        interval = get_settings().sweep_interval
+        since = None
+    else:
+        interval = freshest.liveness.interval_seconds
+        since = freshest.seconds_since_scan
+    threshold = SILENT_AFTER * interval
+    if since is None:
+        ok = False
+        message = (
+            "No recovery sweep has ever run: expired leases are not being recovered. "
+            "Start `manage.py recoverysweep` (or schedule it with django-q2)."
+        )
+    elif since > threshold:
+        ok = False
+        message = (
+            f"No recovery sweep for {duration(since)} (more than {SILENT_AFTER} of its "
+            f"{duration(interval)} intervals): the watchdog looks dead, expired leases pile up."
+        )
+    else:
+        ok = True
+        message = f"Last sweep {duration(since)} ago (it runs every {duration(interval)})."
+    return SweepHealth(
+        sweepers=tuple(sweepers),
+        last_scan_at=None if freshest is None else freshest.last_scan_at,
+        seconds_since_last_scan=since,
+        interval_seconds=interval,
+        threshold_seconds=threshold,
+        ok=ok,
+        message=message,
+    )
+
+
+# --- workers and the leases they hold ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HolderLeases:
+    """Leases held by an id that has no live row in `workers` (a process that vanished)."""
+
+    lease_holder: str
+    lease_count: int
+    expired_lease_count: int
+    lease_ids: tuple[str, ...]
+
+
+LEASE_IDS_SHOWN = 3
+
+
+def live_workers(
+    *, now: datetime | None = None, using: str = "default"
+) -> tuple[tuple[ProcessInfo, ...], tuple[HolderLeases, ...]]:
+    """Running and stopping workers with the leases they hold, and orphaned holders.
+
+    One pass over the in-progress rows gives each holder's lease count, its
+    expired leases and its first `LEASE_IDS_SHOWN` leases (soonest to expire
+    first). Those rows are bounded by the workers' total concurrency, so
+    numbering them with window functions is cheap.
+    """
+    now = now or database_now(using)
+    partition: dict[str, Any] = {"partition_by": [F("lease_holder")]}
+    leases = (
+        WorkItem.objects.using(using)
+        .in_progress()
+        .annotate(
+            position=Window(
+                RowNumber(),
+                order_by=[F("lease_expires_at").asc(), F("work_item_id").asc()],
+                **partition,
+            ),
+            held=Window(Count("*"), **partition),
+            held_expired=Window(
+                Sum(Case(When(lease_expires_at__lt=Now(), then=1), default=0)), **partition
+            ),
+        )
+        .filter(position__lte=LEASE_IDS_SHOWN)
+        .order_by("lease_holder", "position")
+        .values_list("lease_holder", "work_item_id", "held", "held_expired")
+    )
+    per_holder: dict[str, dict[str, int]] = {}
+    ids: dict[str, list[str]] = defaultdict(list)
+    for holder, item_id, held, held_expired in leases:
+        per_holder[holder] = {"n": held, "expired": held_expired or 0}
+        ids[holder].append(item_id)
+    rows = list(
+        Worker.objects.using(using).workers().alive().order_by("hostname", "worker_id")[:200]
+    )
+    workers = []
+    for row in rows:
+        held = per_holder.pop(row.worker_id, None)
+        workers.append(
+            _process(
+                row,
+                now,
+                lease_count=held["n"] if held else 0,
+                expired_lease_count=held["expired"] if held else 0,
+                lease_ids=tuple(ids.get(row.worker_id, ())),
+            )
+        )
+    orphans = tuple(
+        HolderLeases(
+            lease_holder=holder,
+            lease_count=row["n"],
+            expired_lease_count=row["expired"],
+            lease_ids=tuple(ids.get(holder, ())),
+        )
+        for holder, row in sorted(per_holder.items())
+    )
+    # Problem rows first: silent workers, then the others in host order.
+    workers.sort(key=lambda w: not w.liveness.silent)
+    return tuple(workers), orphans
+
+
+# --- counters for /metrics -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessCounters:
+    """Sums over the `workers` table (all rows, stopped ones included)."""
+
+    items_completed: int
+    items_failed: int
+    items_recovered: int
+    scans: int
+
+
+def process_counters(*, using: str = "default") -> ProcessCounters:
+    row = Worker.objects.using(using).aggregate(
+        completed=Sum("items_completed"),
+        failed=Sum("items_failed"),
+        recovered=Sum("items_recovered", filter=Q(role=WorkerRole.SWEEPER)),
+        scans=Sum("scans", filter=Q(role=WorkerRole.SWEEPER)),
+    )
+    return ProcessCounters(
+        items_completed=int(row["completed"] or 0),
+        items_failed=int(row["failed"] or 0),
+        items_recovered=int(row["recovered"] or 0),
+        scans=int(row["scans"] or 0),
+    )
+
+
+def processes_by_state(*, using: str = "default") -> dict[tuple[str, str], int]:
+    """`{(role, status): count}` over the `workers` table."""
+    return {
+        (row["role"], row["status"]): row["n"]
+        for row in Worker.objects.using(using)
+        .order_by()
+        .values("role", "status")
+        .annotate(n=Count("*"))
+    }

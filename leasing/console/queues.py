@@ -1,0 +1,183 @@
+"""Queues and work types: what waits, what runs, what finished, and who serves it.
+
+One row per (queue, work type) pair with pending or in-flight items or items
+finished in the window. A row is *unserved* when it has pending items and no
+live worker (running, not silent) takes its work type from its queue: that
+work waits forever until someone starts a worker for it.
+
+Queries: pending rows through the claim index's partial range, in-flight rows
+through the `in_progress` partial index, finished rows of the window through
+`work_items_completed_idx`. Run durations are the last attempt's
+(`completed_at - lease_acquired_at`) of completed items: percentiles in SQL
+on PostgreSQL, in Python over at most `SQLITE_DURATION_ROWS` rows on SQLite.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections
+from django.db.models import Aggregate, Count, DurationField, F, Min, Q
+from django.db.models.functions import Now
+
+from ..models import WorkItem, WorkItemStatus
+from .census import FINISHED
+from .durations import age
+from .processes import ProcessInfo
+
+ROWS_SHOWN = 200
+SQLITE_DURATION_ROWS = 50_000
+
+
+class Percentile(Aggregate):
+    """PostgreSQL's `percentile_cont(fraction) WITHIN GROUP (ORDER BY expression)`."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)%(filter)s"
+    output_field = DurationField()
+
+    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+
+RUN_TIME = F("completed_at") - F("lease_acquired_at")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One (queue, work type) pair."""
+
+    queue_name: str
+    work_type: str
+    pending: int = 0
+    deferred: int = 0
+    oldest_pending_at: datetime | None = None
+    oldest_pending_age_seconds: float | None = None
+    in_flight: int = 0
+    completed: int = 0
+    failed: int = 0
+    p50_seconds: float | None = None
+    p95_seconds: float | None = None
+    live_workers: int = 0
+    worker_ids: tuple[str, ...] = ()
+
+    @property
+    def claimable(self) -> int:
+        return self.pending - self.deferred
+
+    @property
+    def failure_rate(self) -> float | None:
+        finished = self.completed + self.failed
+        return None if finished == 0 else self.failed / finished
+
+    @property
+    def unserved(self) -> bool:
+        return self.pending > 0 and self.live_workers == 0
+
+
+def serves(process: ProcessInfo, queue_name: str, work_type: str) -> bool:
+    """Whether a live worker would claim items of this pair (no queues: every queue)."""
+    if not process.liveness.alive:
+        return False
+    return work_type in process.work_types and (not process.queues or queue_name in process.queues)
+
+
+def queue_table(
+    *,
+    window_start: datetime,
+    now: datetime,
+    workers: Iterable[ProcessInfo],
+    using: str = "default",
+) -> tuple[QueueRow, ...]:
+    """Every (queue, work type) pair with work, unserved pairs first, then by backlog."""
+    parts: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def row(queue_name: str, work_type: str) -> dict[str, Any]:
+        return parts.setdefault(
+            (queue_name, work_type), {"queue_name": queue_name, "work_type": work_type}
+        )
+
+    items = WorkItem.objects.using(using).order_by()
+    claimable = Q(run_after__isnull=True) | Q(run_after__lte=Now())
+    for r in (
+        items.pending()
+        .values("queue_name", "work_type")
+        .annotate(
+            n=Count("*"),
+            deferred=Count("run_after", filter=Q(run_after__gt=Now())),
+            oldest=Min("created_at", filter=claimable),
+        )
+    ):
+        row(r["queue_name"], r["work_type"]).update(
+            pending=r["n"],
+            deferred=r["deferred"],
+            oldest_pending_at=r["oldest"],
+            oldest_pending_age_seconds=age(now, r["oldest"]),
+        )
+    for r in items.in_progress().values("queue_name", "work_type").annotate(n=Count("*")):
+        row(r["queue_name"], r["work_type"])["in_flight"] = r["n"]
+    _finished(row, window_start, using)
+    live = [w for w in workers if w.liveness.alive]
+    built = []
+    for (queue_name, work_type), values in parts.items():
+        serving = tuple(w.worker_id for w in live if serves(w, queue_name, work_type))
+        built.append(QueueRow(**values, live_workers=len(serving), worker_ids=serving[:5]))
+    built.sort(key=lambda r: (not r.unserved, -r.pending, -r.in_flight, r.queue_name, r.work_type))
+    return tuple(built[:ROWS_SHOWN])
+
+
+def _finished(row: Any, window_start: datetime, using: str) -> None:
+    """Completed and failed counts and run-time percentiles of the window, per pair."""
+    finished = (
+        WorkItem.objects.using(using)
+        .order_by()
+        .filter(completed_at__gte=window_start, status__in=FINISHED)
+        .values("queue_name", "work_type")
+    )
+    completed = Q(status=WorkItemStatus.COMPLETED)
+    timed = completed & Q(lease_acquired_at__isnull=False)
+    aggregates: dict[str, Any] = {
+        "completed": Count("pk", filter=completed),
+        "failed": Count("pk", filter=Q(status=WorkItemStatus.FAILED)),
+    }
+    postgres = connections[using].vendor == "postgresql"
+    if postgres:
+        aggregates["p50"] = Percentile(RUN_TIME, 0.5, filter=timed)
+        aggregates["p95"] = Percentile(RUN_TIME, 0.95, filter=timed)
+    for r in finished.annotate(**aggregates):
+        target = row(r["queue_name"], r["work_type"])
+        target.update(completed=r["completed"], failed=r["failed"])
+        if postgres:
+            target.update(p50_seconds=_seconds(r["p50"]), p95_seconds=_seconds(r["p95"]))
+    if not postgres:
+        _percentiles_in_python(row, finished.filter(timed), SQLITE_DURATION_ROWS)
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """Linear interpolation between closest ranks, as PostgreSQL's percentile_cont."""
+    position = fraction * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _percentiles_in_python(row: Any, queryset: Any, limit: int) -> None:
+    durations: dict[tuple[str, str], list[float]] = defaultdict(list)
+    newest = queryset.order_by("-completed_at").values_list(
+        "queue_name", "work_type", "completed_at", "lease_acquired_at"
+    )[:limit]
+    for queue_name, work_type, completed_at, acquired_at in newest:
+        durations[(queue_name, work_type)].append((completed_at - acquired_at).total_seconds())
+    for (queue_name, work_type), values in durations.items():
+        values.sort()
+        row(queue_name, work_type).update(
+            p50_seconds=percentile(values, 0.5), p95_seconds=percentile(values, 0.95)
+        )

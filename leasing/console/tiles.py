@@ -1,0 +1,86 @@
+"""The tiles at the top of the dashboard: one figure each, linked to the filtered list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dashboard import Dashboard
+from .durations import humanize_seconds
+
+# An item claimable for longer than this is a backlog worth a warning.
+OLDEST_PENDING_WARNING_SECONDS = 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    label: str
+    value: str
+    hint: str
+    level: str  # "ok", "warn", "bad" or "info"
+    url: str | None = None
+
+
+def tiles(data: Dashboard, changelist: str) -> list[Tile]:
+    health, backlog = data.lease_health, data.backlog
+    stale_after = humanize_seconds(health.stale_after_seconds)
+    oldest = backlog.oldest_age_seconds
+    expired_level = "ok"
+    if health.expired:
+        expired_level = "warn" if data.sweep.ok else "bad"
+    unserved = [r for r in data.queues if r.unserved]
+    return [
+        Tile(
+            "Unserved work",
+            f"{len(unserved):,}",
+            "queue and work type pairs with pending items and no live worker to take them"
+            if unserved
+            else "every pending work type has a live worker",
+            "bad" if unserved else "ok",
+            "#leasing-queues",
+        ),
+        Tile(
+            "Active leases",
+            f"{health.active:,}",
+            f"{health.healthy:,} healthy · {health.stale_live:,} stale · "
+            f"{health.expired:,} expired",
+            "info",
+            f"{changelist}?status__exact=in_progress",
+        ),
+        Tile(
+            "Stale heartbeats",
+            f"{health.stale:,}",
+            f"no heartbeat for {stale_after}; {health.stale_live:,} still within their lease",
+            "warn" if health.stale else "ok",
+            f"{changelist}?lease_health=stale",
+        ),
+        Tile(
+            "Expired, awaiting sweep",
+            f"{health.expired:,}",
+            "lease ran out; the recovery sweep re-queues or fails them",
+            expired_level,
+            f"{changelist}?lease_health=expired",
+        ),
+        Tile(
+            "Pending backlog",
+            f"{backlog.pending:,}",
+            f"{backlog.claimable:,} claimable · {backlog.deferred:,} waiting for run_after",
+            "info",
+            f"{changelist}?status__exact=pending",
+        ),
+        Tile(
+            "Oldest pending",
+            humanize_seconds(oldest),
+            "age of the oldest claimable item since it was enqueued"
+            if oldest is not None
+            else "nothing is waiting",
+            "warn" if oldest is not None and oldest > OLDEST_PENDING_WARNING_SECONDS else "ok",
+            f"{changelist}?status__exact=pending",
+        ),
+        Tile(
+            "Alive, no progress",
+            f"{health.no_progress:,}",
+            f"heartbeat fresh but no handler beat for {stale_after}: possibly stuck",
+            "warn" if health.no_progress else "ok",
+            f"{changelist}?lease_health=no_progress",
+        ),
+    ]

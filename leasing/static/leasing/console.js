@@ -1,0 +1,89 @@
+/* Live refresh of the leasing console without reloading the page.
+ *
+ * An element with data-leasing-refresh="N" (seconds) refreshes every N s: the
+ * page's own URL is fetched with the header X-Leasing-Fragment (the dashboard
+ * then answers with its panels only), and each [data-leasing-panel] of this
+ * page is replaced by the one of the same name in the answer. Opened <details
+ * data-key> stay open. Nothing is fetched while the tab is hidden (one refresh
+ * runs when it is shown again), nor while rows of a list are ticked for an
+ * action, so a selection is never lost. A list's rows are re-bound to Django's
+ * action checkboxes after each swap.
+ */
+"use strict";
+(function () {
+    const root = document.querySelector("[data-leasing-refresh]");
+    const seconds = root ? Number(root.dataset.leasingRefresh) : 0;
+    if (!root || !(seconds > 0) || !window.fetch || !window.DOMParser) {
+        return;
+    }
+    const stamp = document.querySelector("[data-leasing-updated]");
+    let busy = false;
+
+    function selecting() {
+        return document.querySelector("tr input.action-select:checked, #action-toggle:checked");
+    }
+
+    function openKeys(scope) {
+        return new Set(Array.from(scope.querySelectorAll("details[open][data-key]"), (d) => d.dataset.key));
+    }
+
+    function swap(panel, fresh) {
+        const open = openKeys(panel);
+        panel.replaceChildren(...Array.from(fresh.childNodes, (node) => document.importNode(node, true)));
+        panel.querySelectorAll("details[data-key]").forEach((d) => {
+            if (open.has(d.dataset.key)) {
+                d.open = true;
+            }
+        });
+    }
+
+    async function refresh() {
+        if (busy || document.hidden || selecting()) {
+            return;
+        }
+        busy = true;
+        try {
+            const response = await fetch(window.location.href, {
+                headers: {"X-Leasing-Fragment": "1"},
+                credentials: "same-origin",
+                cache: "no-store",
+            });
+            if (!response.ok) {
+                throw new Error("HTTP " + response.status);
+            }
+            const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+            let swapped = 0;
+            document.querySelectorAll("[data-leasing-panel]").forEach((panel) => {
+                const name = panel.dataset.leasingPanel;
+                const fresh = doc.querySelector(`[data-leasing-panel="${CSS.escape(name)}"]`);
+                if (fresh) {
+                    swap(panel, fresh);
+                    swapped += 1;
+                }
+            });
+            const rows = document.querySelectorAll("tr input.action-select");
+            if (swapped && rows.length && window.Actions) {
+                window.Actions(rows);
+            }
+            if (stamp) {
+                stamp.textContent = "updated " + new Date().toLocaleTimeString();
+                stamp.classList.remove("leasing-bad-text");
+            }
+            document.dispatchEvent(new CustomEvent("leasing:refreshed", {detail: {panels: swapped}}));
+        } catch (error) {
+            if (stamp) {
+                stamp.textContent = "refresh failed (" + error.message + "); retrying";
+                stamp.classList.add("leasing-bad-text");
+            }
+        } finally {
+            busy = false;
+        }
+    }
+
+    window.setInterval(refresh, seconds * 1000);
+    document.addEventListener("visibilitychange", () => {
+        if (!document.hidden) {
+            refresh();
+        }
+    });
+})();
