@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 
 from .. import signals
 from ..sql import work_items as sql
 from ..sql.dialect import Dialect
-from ..sql.runner import is_infrastructure_error, run, run_one
+from ..sql.runner import is_infrastructure_error, run, run_each, run_one
 from ..sql.work_items import ClaimFilters, LeaseTerms
 from .endings import fail_attempt
 from .held import Lease
@@ -77,14 +77,10 @@ def _complete_batch(manager: LeaseManager, done: Sequence[Finished]) -> set[tupl
     if d.is_postgres:
         rows = run(manager.using, sql.complete_batch(d, manager.worker_id, rows_of))
     else:
-        with transaction.atomic(using=manager.using):
-            rows = [
-                row
-                for item_id, token, output in rows_of
-                for row in run(
-                    manager.using, sql.complete_one(d, manager.worker_id, item_id, token, output)
-                )
-            ]
+        rows = run_each(
+            manager.using,
+            (sql.complete_one(d, manager.worker_id, *row_of) for row_of in rows_of),
+        )
     return {(row["work_item_id"], row["lease_token"]) for row in rows}
 
 

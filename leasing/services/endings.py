@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # leases imports nothing from here; the annotation only
 MAX_INTERRUPTIONS = 5
 
 
-def _snapshot(
+def _record(
+    manager: LeaseManager,
     lease: Lease,
     message: str | None,
     *,
@@ -44,7 +45,8 @@ def _snapshot(
     counts_retry: bool,
     error: BaseException | str,
     elapsed_ms: float | None,
-) -> dict[str, object]:
+) -> None:
+    """Write the attempt's `error_boundary` checkpoint, fenced by its lease."""
     exception_class_path = trace = None
     if isinstance(error, BaseException):
         kind = type(error)
@@ -52,7 +54,7 @@ def _snapshot(
         trace = clean_text(
             "".join(tb.format_exception(error))[-MAX_TRACEBACK_CHARS:], MAX_TRACEBACK_CHARS
         )
-    return error_boundary(
+    snapshot = error_boundary(
         error=message,
         reason=reason,
         exception_class_path=exception_class_path,
@@ -67,9 +69,6 @@ def _snapshot(
         work_type=lease.work_type,
         elapsed_ms=None if elapsed_ms is None else round(elapsed_ms, 1),
     )
-
-
-def _record(manager: LeaseManager, lease: Lease, snapshot: dict[str, object]) -> None:
     create_checkpoint(
         lease.task_id,
         CheckpointType.ERROR_BOUNDARY,
@@ -92,17 +91,17 @@ def fail_attempt(
     """Record the failure and end the attempt; `LeaseLostError` if the lease moved on."""
     message = error_text(error)
     will_retry = retry and lease.retry_count < lease.max_retries
-    snapshot = _snapshot(
-        lease,
-        message,
-        reason=reason,
-        will_retry=will_retry,
-        counts_retry=True,
-        error=error,
-        elapsed_ms=elapsed_ms,
-    )
     with transaction.atomic(using=manager.using):
-        _record(manager, lease, snapshot)
+        _record(
+            manager,
+            lease,
+            message,
+            reason=reason,
+            will_retry=will_retry,
+            counts_retry=True,
+            error=error,
+            elapsed_ms=elapsed_ms,
+        )
         return manager.end_attempt(
             lease.key, retry=retry, error=message, retry_count=lease.retry_count
         )
@@ -118,17 +117,17 @@ def interrupt_attempt(
             manager, lease, text, retry=True, reason="interrupted", elapsed_ms=elapsed_ms
         )
     message = error_text(error)
-    snapshot = _snapshot(
-        lease,
-        message,
-        reason="interrupted",
-        will_retry=True,
-        counts_retry=False,
-        error=error,
-        elapsed_ms=elapsed_ms,
-    )
     with transaction.atomic(using=manager.using):
-        _record(manager, lease, snapshot)
+        _record(
+            manager,
+            lease,
+            message,
+            reason="interrupted",
+            will_retry=True,
+            counts_retry=False,
+            error=error,
+            elapsed_ms=elapsed_ms,
+        )
         return manager.requeue(lease.key, interrupted=True, error=message)
 
 

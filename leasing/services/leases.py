@@ -26,7 +26,7 @@ from ..sql import work_items as sql
 from ..sql.dialect import Dialect
 from ..sql.new_items import notify
 from ..sql.renewals import Renewal
-from ..sql.runner import run, run_one, to_datetime
+from ..sql.runner import run, run_each, run_one, to_datetime
 from ..sql.work_items import ClaimFilters, LeaseTerms
 from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, lease_from_row, outcome_from_row
 from .held import refusal as lease_refusal
@@ -204,14 +204,9 @@ class LeaseManager:
             if d.is_postgres:
                 rows = run(self.using, renewals.renew_batch_postgres(d, self.worker_id, chunk))
             else:
-                with transaction.atomic(using=self.using):
-                    rows = [
-                        row
-                        for renewal in chunk
-                        for row in run(
-                            self.using, renewals.renew_lazily(d, self.worker_id, renewal)
-                        )
-                    ]
+                rows = run_each(
+                    self.using, (renewals.renew_lazily(d, self.worker_id, r) for r in chunk)
+                )
             for row in rows:
                 key = (row["work_item_id"], row["lease_token"])
                 renewed[key] = to_datetime(row["lease_expires_at"])

@@ -21,7 +21,7 @@ from .. import validation
 from ..exceptions import InvalidInput
 from ..sql import retention as sql
 from ..sql.dialect import Dialect
-from ..sql.runner import run, run_one, translate_db_errors
+from ..sql.runner import run, run_each, run_one, translate_db_errors
 from ..states import WorkItemStatus
 
 FINISHED = (WorkItemStatus.COMPLETED, WorkItemStatus.FAILED)
@@ -92,9 +92,7 @@ def purge_finished_items(
                 row["work_item_id"]
                 for row in run(using, sql.pick_finished(d, statuses, age, batch_size))
             ]
-            rows = []
-            for statement in sql.delete_items(d, ids) if ids else []:
-                rows = run(using, statement)
+            rows = [] if not ids else run_each(using, sql.delete_items(d, ids))
         batches += 1
         deleted += len(rows)
         if len(rows) < batch_size:

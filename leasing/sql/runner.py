@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils.dateparse import parse_datetime
 
 from ..exceptions import DatabaseUnavailable
@@ -49,6 +49,12 @@ def run(using: str, statement: Statement) -> list[dict[str, Any]]:
         # psycopg builds `description` anew on every access: read it once.
         columns = [col[0] for col in description]
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+
+def run_each(using: str, statements: Iterable[Statement]) -> list[dict[str, Any]]:
+    """Run statements in one transaction; returns all their rows (for per-row SQLite writes)."""
+    with transaction.atomic(using=using):
+        return [row for statement in statements for row in run(using, statement)]
 
 
 def run_one(using: str, statement: Statement) -> dict[str, Any] | None:
