@@ -88,6 +88,30 @@ class Dialect:
             return f"{column} = ANY(%s)", [list(values)]
         return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
 
+    def in_claim_order(self, statement: str) -> str:
+        """PostgreSQL: run a claim with the index's order, whatever the statistics say.
+
+        Right after a burst of enqueues the planner's statistics still count
+        the queue as nearly empty, and it plans a claim as a bitmap scan of
+        every pending row plus a sort (tens of milliseconds per claim) instead
+        of walking the claim index in order and stopping after the batch.
+        Sorts and bitmap scans are switched off for this statement only
+        (`SET LOCAL` in the same round trip: one implicit transaction, no
+        session state, safe behind a transaction pooler), then restored.
+        Needs client-side parameter binding, Django's default for psycopg.
+        """
+        if not self.is_postgres or self._server_side_binding():
+            return statement
+        return (
+            "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off; "
+            f"{statement}; "
+            "SET LOCAL enable_sort TO DEFAULT; SET LOCAL enable_bitmapscan TO DEFAULT"
+        )
+
+    def _server_side_binding(self) -> bool:
+        options = connections[self.using].settings_dict.get("OPTIONS") or {}
+        return bool(options.get("server_side_binding"))
+
     def lock_skip_locked(self, mode: str = "UPDATE") -> str:
         """Row locks that concurrent lockers skip (PostgreSQL; SQLite has one writer)."""
         return f"FOR {mode} SKIP LOCKED" if self.is_postgres else ""

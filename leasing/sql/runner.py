@@ -43,6 +43,10 @@ def run(using: str, statement: Statement) -> list[dict[str, Any]]:
     sql, params = statement
     with translate_db_errors(), connections[using].cursor() as cursor:
         cursor.execute(sql, params)
+        # A statement with planner settings around it returns several result
+        # sets (Dialect.in_claim_order): the rows are the one with columns.
+        while cursor.description is None and cursor.nextset():
+            pass
         description = cursor.description
         if description is None:
             return []

@@ -173,7 +173,8 @@ def claim(d: Dialect, holder: str, n: int, terms: LeaseTerms, filters: ClaimFilt
     """Claim up to `n` items in claim order; returns their lease columns."""
     if d.is_postgres:
         ctes, params = claim_ctes(d, holder, n, terms, filters)
-        return f"WITH {ctes} SELECT {', '.join(LEASE_COLUMNS)} FROM claimed", params
+        sql = f"WITH {ctes} SELECT {', '.join(LEASE_COLUMNS)} FROM claimed"
+        return d.in_claim_order(sql), params
     # SQLite has one writer at a time; the status re-check makes the UPDATE a
     # compare-and-swap even if the subquery saw an older row.
     candidates, candidate_params = _candidates(d, filters, n)
@@ -250,7 +251,7 @@ def complete_and_claim(
         SELECT 'done', {done_columns} FROM done
     """
     _, done_params = complete_batch(d, holder, done)
-    return sql, [*done_params, *claim_params]
+    return d.in_claim_order(sql), [*done_params, *claim_params]
 
 
 # --- the end of a failed attempt ---------------------------------------------------------------
