@@ -1,0 +1,36 @@
+"""One module per benchmark scenario: each has `run(bench) -> dict` and `rows(record)`.
+
+`SCENARIOS` is the order `python -m bench.run` runs them in; `machine` always
+runs first and is not in it.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from bench.scenarios import (
+    ceiling,
+    claim,
+    enqueue,
+    heartbeat,
+    machine,
+    options,
+    pickup,
+    recovery,
+    sweep,
+    throughput,
+)
+
+MODULES: dict[str, ModuleType] = {
+    "enqueue": enqueue,
+    "throughput": throughput,
+    "ceiling": ceiling,
+    "options": options,
+    "claim": claim,
+    "pickup": pickup,
+    "recovery": recovery,
+    "sweep": sweep,
+    "heartbeat": heartbeat,
+}
+SCENARIOS: tuple[str, ...] = tuple(MODULES)
+MACHINE = machine

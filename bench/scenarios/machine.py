@@ -1,0 +1,71 @@
+"""machine: nproc, CPU, PostgreSQL version and settings, versions, git commit (always printed)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import subprocess
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT
+from bench.config import RUNWORKER_OPTIONS
+from bench.context import Bench
+from bench.report import Row
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    import django
+    import psycopg
+
+    settings = dict(
+        bench.sql(
+            """
+            SELECT name, setting || COALESCE(unit, '') FROM pg_settings
+            WHERE name IN ('synchronous_commit', 'fsync', 'shared_buffers', 'max_connections',
+                           'wal_level', 'full_page_writes', 'autovacuum',
+                           'shared_preload_libraries', 'work_mem', 'commit_delay')
+            """
+        )
+    )
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    commit = ""
+    with contextlib.suppress(Exception):
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "postgresql": bench.one("SHOW server_version"),
+        "pg_settings": settings,
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "git_commit": commit,
+        "quick": bool(bench.args.quick),
+        "sizes": asdict(bench.sizes),
+        "runworker_options": list(RUNWORKER_OPTIONS),
+    }
+
+
+def rows(m: dict[str, Any]) -> Iterator[Row]:
+    pg = m.get("pg_settings", {})
+    yield Row(
+        "machine",
+        f"{m.get('nproc')} CPU, PostgreSQL {m.get('postgresql')}, "
+        f"synchronous_commit={pg.get('synchronous_commit')}, fsync={pg.get('fsync')}",
+    )
