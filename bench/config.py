@@ -4,16 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# How the throughput scenario runs runworker: each process serves only the
-# bench work type with one handler thread (a no-op handler gains nothing from
-# more threads) and the default, adaptive prefetch (about 0.1 s of work claimed
-# ahead while handlers are fast). The `options` scenario compares the rest.
-RUNWORKER_OPTIONS: tuple[str, ...] = (
-    "--work-type",
-    "bench.noop",
-    "--concurrency",
-    "1",
-)
+# How the drain scenarios run runworker: as a user does who sets nothing
+# (`runworker --burst`: every work type with a handler, one handler thread,
+# adaptive prefetch, the project's default logging). The `options` scenario
+# compares other settings; `throughput` also runs it at log level WARNING.
+RUNWORKER_OPTIONS: tuple[str, ...] = ()
 
 # The runworker option sets the `options` scenario compares (4 processes).
 OPTION_GRID: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
@@ -32,6 +27,9 @@ OPTION_GRID: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
 TARGETS = {
     "ratio_n4": 1.0,
     "ratio_n1": 0.8,
+    "ratio_batched_n4": 1.0,  # runworker / the K=100 loop, 4 processes
+    "logging_cost": 0.10,  # 1 - default-logging rate / WARNING rate, 4 processes
+    "burst_unvacuumed_ratio": 0.8,
     "claim_p99_ms": 5.0,
     "pickup_p50_ms": 20.0,
     "enqueue_100k_s": 5.0,
@@ -45,6 +43,16 @@ TARGETS = {
 class Sizes:
     items: int = 20_000
     workers: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    warning_workers: list[int] = field(default_factory=lambda: [1, 4])
+    ceiling_batches: list[int] = field(default_factory=lambda: [1, 10, 100])
+    ceiling_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    burst_items: int = 50_000
+    burst_concurrency: int = 4
+    fair_items: int = 40_000
+    fair_workers: int = 4
+    longrun_items: int = 5_000
+    longrun_seconds: float = 5.0
+    longrun_workers: int = 4
     enqueue_items: int = 100_000
     options_items: int = 10_000
     options_workers: int = 4
@@ -69,6 +77,14 @@ class Sizes:
         return cls(
             items=500,
             workers=[1, 2],
+            warning_workers=[2],
+            ceiling_workers=[1, 2],
+            burst_items=1_000,
+            fair_items=1_000,
+            fair_workers=2,
+            longrun_items=200,
+            longrun_seconds=2.0,
+            longrun_workers=2,
             enqueue_items=5_000,
             options_items=300,
             options_workers=2,

@@ -47,7 +47,10 @@ class Bench:
         self.procs = Processes(self.log_dir)
         self.results: dict[str, dict[str, Any]] = {}
         self.failed: list[str] = []
+        # Subprocesses get the project's default settings and logging; the
+        # throughput scenario also runs them at WARNING to show what logging costs.
         self.env = subprocess_env(self.url)
+        self.env_warning = subprocess_env(self.url, LEASING_LOG_LEVEL="WARNING")
         self._torn_down = False
 
     # --- setup and teardown -------------------------------------------------------------------
@@ -124,6 +127,14 @@ class Bench:
             enqueue_many(specs[chunk : chunk + 100_000])
         return time.perf_counter() - start
 
+    def xact_commits(self) -> int:
+        """Committed transactions of this database so far (pg_stat_database), fresh."""
+        self.sql("SELECT pg_stat_force_next_flush()")
+        self.sql("SELECT pg_stat_clear_snapshot()")
+        return int(
+            self.one("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        )
+
     def blocked_on_gate(self) -> int:
         """Backends of this database waiting on a lock of a work_items statement."""
         return self.one(
@@ -140,9 +151,11 @@ class Bench:
 
     # --- subprocesses -------------------------------------------------------------------------
 
-    def runworker(self, *options: str, name: str = "runworker") -> subprocess.Popen[bytes]:
+    def runworker(
+        self, *options: str, name: str = "runworker", env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         proc, _ = self.procs.spawn(
-            [PYTHON, "manage.py", "runworker", *options], env=self.env, name=name
+            [PYTHON, "manage.py", "runworker", *options], env=env or self.env, name=name
         )
         return proc
 

@@ -50,11 +50,20 @@ def gate_and_start(
     return procs
 
 
-def gated_drain(bench: Bench, n: int, m: int, kind: str, spawn: Spawn) -> dict[str, Any]:
-    """Drain m no-op items with n processes that all start claiming at the same instant."""
+def gated_drain(
+    bench: Bench, n: int, m: int, kind: str, spawn: Spawn, *, vacuum: bool = False
+) -> dict[str, Any]:
+    """Drain m no-op items with n processes that all start claiming at the same instant.
+
+    The drain starts right after the enqueue, as a user's burst does: no VACUUM
+    or ANALYZE in between unless `vacuum` (the burst scenario compares both).
+    A CHECKPOINT comes first either way, so every run pays the same full-page
+    writes: without it, figures swing with PostgreSQL's checkpoint cycle.
+    """
     bench.reset()
     bench.enqueue_noop(m)
-    bench.vacuum_analyze()
+    if vacuum:
+        bench.vacuum_analyze()
     bench.checkpoint()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     at_gate: dict[str, Any] = {}
@@ -64,6 +73,7 @@ def gated_drain(bench: Bench, n: int, m: int, kind: str, spawn: Spawn) -> dict[s
         at_gate["cpu"] = sum(proc_cpu_s(p.pid) for p in procs)
         at_gate["machine"] = cpu_times()
         at_gate["startup"] = time.perf_counter() - spawned
+        at_gate["xact"] = bench.xact_commits()
 
     spawned = time.perf_counter()
     procs = gate_and_start(bench, n, kind, spawn, note)
@@ -82,32 +92,63 @@ def gated_drain(bench: Bench, n: int, m: int, kind: str, spawn: Spawn) -> dict[s
         "wall_s": round(wall, 3),
         "wall_jobs_per_s": round(m / wall, 1),
         "startup_s": round(at_gate["startup"], 2),
-        "client_cpu_ms_per_job": round(child_cpu * 1000 / m, 3),
+        "vacuumed": vacuum,
+        **cost_per_job(bench, m, child_cpu, at_gate["xact"]),
         "machine_cpu_busy_pct": busy_pct(at_gate["machine"], cpu1),
     }
 
 
+def cost_per_job(bench: Bench, jobs: int, client_cpu_s: float, xact_before: int) -> dict[str, Any]:
+    """Client CPU microseconds and committed database transactions per job.
+
+    The transactions are pg_stat_database's xact_commit delta of the bench
+    database since `xact_before` (a backend reports its counts when it goes
+    idle, at most once a second, and when it exits), so every process that
+    touched the database counts, the bench's own few statements included.
+    """
+    time.sleep(0.2)  # exited backends report their last counts as they go
+    xacts = bench.xact_commits() - xact_before
+    return {
+        "client_cpu_us_per_job": round(client_cpu_s * 1e6 / jobs, 1) if jobs else None,
+        "xact_per_job": round(xacts / jobs, 3) if jobs else None,
+    }
+
+
 def drain_runworker(
-    bench: Bench, n: int, m: int, options: tuple[str, ...] = RUNWORKER_OPTIONS
+    bench: Bench,
+    n: int,
+    m: int,
+    options: tuple[str, ...] = RUNWORKER_OPTIONS,
+    *,
+    env: dict[str, str] | None = None,
+    vacuum: bool = False,
 ) -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
-        proc = bench.runworker("--burst", "--json", *options, name=f"drain-n{n}-{i}")
+        proc = bench.runworker("--burst", "--json", *options, name=f"drain-n{n}-{i}", env=env)
         procs.append(proc)
         return proc
 
-    result = gated_drain(bench, n, m, "runworker --burst", spawn)
+    result = gated_drain(bench, n, m, "runworker --burst", spawn, vacuum=vacuum)
     result["completed_per_worker"] = [s.get("completed", 0) for s in bench.summaries(procs)]
     return result
 
 
-def drain_ceiling(bench: Bench, n: int, m: int) -> dict[str, Any]:
+def drain_ceiling(bench: Bench, n: int, m: int, batch: int = 1) -> dict[str, Any]:
+    """m items drained by n plain psycopg loops claiming up to `batch` rows at a time.
+
+    The loops are the bar, so they run on an analyzed table: right after a bulk
+    enqueue (reltuples unknown) the planner sorts every pending row per claim,
+    and the single-item loop then takes minutes for 20,000 items.
+    """
+
     def spawn(i: int) -> subprocess.Popen[bytes]:
         return bench.procs.spawn(
-            [PYTHON, "-m", "bench.ceiling", bench.url, f"ceiling-{i}"],
+            [PYTHON, "-m", "bench.ceiling", bench.url, f"ceiling-{i}", "--batch", str(batch)],
             env=bench.env,
-            name=f"ceiling-n{n}-{i}",
+            name=f"ceiling-k{batch}-n{n}-{i}",
         )[0]
 
-    return gated_drain(bench, n, m, "plain psycopg loop", spawn)
+    result = gated_drain(bench, n, m, f"plain psycopg loop, batch {batch}", spawn, vacuum=True)
+    return {"batch": batch, **result}

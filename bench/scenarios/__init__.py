@@ -9,10 +9,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from bench.scenarios import (
+    burst,
     ceiling,
     claim,
     enqueue,
+    fairstart,
     heartbeat,
+    longrun,
     machine,
     options,
     pickup,
@@ -26,6 +29,9 @@ MODULES: dict[str, ModuleType] = {
     "throughput": throughput,
     "ceiling": ceiling,
     "options": options,
+    "burst": burst,
+    "fairstart": fairstart,
+    "longrun": longrun,
     "claim": claim,
     "pickup": pickup,
     "recovery": recovery,
