@@ -53,6 +53,9 @@ class Sizes:
     longrun_items: int = 5_000
     longrun_seconds: float = 5.0
     longrun_workers: int = 4
+    steady_workers: int = 4
+    steady_loads: list[float] = field(default_factory=lambda: [0.5, 0.9])
+    steady_seconds: float = 60.0
     enqueue_items: int = 100_000
     options_items: int = 10_000
     options_workers: int = 4
@@ -85,6 +88,8 @@ class Sizes:
             longrun_items=200,
             longrun_seconds=2.0,
             longrun_workers=2,
+            steady_workers=2,
+            steady_seconds=3.0,
             enqueue_items=5_000,
             options_items=300,
             options_workers=2,
