@@ -30,6 +30,7 @@ TARGETS = {
     "ratio_batched_n4": 1.0,  # runworker / the K=100 loop, 4 processes
     "logging_cost": 0.10,  # 1 - default-logging rate / WARNING rate, 4 processes
     "burst_unvacuumed_ratio": 0.8,
+    "peers_ratio_x4": 10.0,  # runworker / the best peer, 4 processes
     "claim_p99_ms": 5.0,
     "pickup_p50_ms": 20.0,
     "enqueue_100k_s": 5.0,
@@ -56,6 +57,9 @@ class Sizes:
     steady_workers: int = 4
     steady_loads: list[float] = field(default_factory=lambda: [0.5, 0.9])
     steady_seconds: float = 60.0
+    peers_items: int = 20_000
+    peers_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    peers_window_s: float = 10.0
     enqueue_items: int = 100_000
     options_items: int = 10_000
     options_workers: int = 4
@@ -90,6 +94,9 @@ class Sizes:
             longrun_workers=2,
             steady_workers=2,
             steady_seconds=3.0,
+            peers_items=300,
+            peers_workers=[1],
+            peers_window_s=2.0,
             enqueue_items=5_000,
             options_items=300,
             options_workers=2,

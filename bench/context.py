@@ -135,13 +135,6 @@ class Bench:
             self.one("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
         )
 
-    def blocked_on_gate(self) -> int:
-        """Backends of this database waiting on a lock of a work_items statement."""
-        return self.one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND query ILIKE '%%work_items%%'"
-        )
-
     def listening(self) -> int:
         """Backends of this database whose last statement was a LISTEN."""
         return self.one(

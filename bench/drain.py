@@ -22,22 +22,26 @@ def gate_and_start(
     what: str,
     spawn: Spawn,
     before_release: Callable[[list[subprocess.Popen[bytes]]], None] | None = None,
+    *,
+    url: str | None = None,
+    table: str = "work_items",
 ) -> list[subprocess.Popen[bytes]]:
     """Start n processes behind a gate and release them together; returns the processes.
 
-    A gate transaction holds `LOCK TABLE work_items IN EXCLUSIVE MODE` (reads
-    pass, writes wait) while the processes start, so each blocks on its first
-    claim; once all n wait on the lock, the gate commits. Python and Django
-    start-up are thus outside what is measured, yet the processes are the real thing.
-    `before_release` runs once all of them wait, right before the gate opens.
+    A gate transaction holds `LOCK TABLE <table> IN EXCLUSIVE MODE` (reads
+    pass, writes and row locks wait) while the processes start, so each blocks
+    on its first claim; once n backends of the database wait on a lock, the
+    gate commits. Python and Django start-up are thus outside what is
+    measured, yet the processes are the real thing. `before_release` runs
+    once all of them wait, right before the gate opens.
     """
-    gate = connect(bench.url, autocommit=False)
+    gate = connect(url or bench.url, autocommit=False)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        gate.execute("LOCK TABLE work_items IN EXCLUSIVE MODE")
+        gate.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
         procs = [spawn(i) for i in range(n)]
         wait_for(
-            lambda: all(p.poll() is None for p in procs) and bench.blocked_on_gate() >= n,
+            lambda: all(p.poll() is None for p in procs) and _waiting(gate) >= n,
             90,
             f"{n} {what} processes to reach their first claim",
             interval_s=0.01,
@@ -48,6 +52,16 @@ def gate_and_start(
     finally:
         gate.close()
     return procs
+
+
+def _waiting(gate: Any) -> int:
+    """Backends of the gate's database that wait on a lock (other than the gate's own)."""
+    # Activity is read once per transaction unless the snapshot is cleared.
+    gate.execute("SELECT pg_stat_clear_snapshot()")
+    return gate.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    ).fetchone()[0]
 
 
 def gated_drain(
