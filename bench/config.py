@@ -60,6 +60,7 @@ class Sizes:
     peers_items: int = 20_000
     peers_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
     peers_window_s: float = 10.0
+    history_rows: int = 10_000_000
     enqueue_items: int = 100_000
     options_items: int = 10_000
     options_workers: int = 4
@@ -97,6 +98,7 @@ class Sizes:
             peers_items=300,
             peers_workers=[1],
             peers_window_s=2.0,
+            history_rows=200_000,
             enqueue_items=5_000,
             options_items=300,
             options_workers=2,

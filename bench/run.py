@@ -31,9 +31,9 @@ from pathlib import Path
 from bench.common import DEFAULT_SERVER_URL, install_cleanup
 from bench.context import Bench
 from bench.report import Row, format_table
-from bench.scenarios import MACHINE, MODULES, SCENARIOS
+from bench.scenarios import DEFAULT_SCENARIOS, MACHINE, MODULES, SCENARIOS
 
-__all__ = ["SCENARIOS", "main"]
+__all__ = ["DEFAULT_SCENARIOS", "SCENARIOS", "main"]
 
 
 def table(results: dict[str, dict[str, object]]) -> str:
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args)
     install_cleanup(bench.teardown)
     started = time.perf_counter()
-    wanted = args.only or list(SCENARIOS)
+    wanted = args.only or list(DEFAULT_SCENARIOS)
     try:
         bench.setup()
         bench.run_scenario("machine", MACHINE.run)

@@ -16,12 +16,23 @@ from bench.report import Row, p50_p99
 
 
 def claimers(
-    bench: Bench, count_of: int, batch: int, count: int, think_ms: float = 0.0
+    bench: Bench,
+    count_of: int,
+    batch: int,
+    count: int,
+    think_ms: float = 0.0,
+    *,
+    fresh: bool = True,
 ) -> dict[str, Any]:
-    """`count_of` bench.claimer processes making `count` timed claims of `batch` each."""
-    bench.reset()
-    bench.enqueue_noop(count_of * batch * (count + 1) + 1000)
-    bench.vacuum_analyze()
+    """`count_of` bench.claimer processes making `count` timed claims of `batch` each.
+
+    `fresh`: into an emptied table, enough pending items are enqueued (then
+    VACUUM ANALYZE); otherwise the claimers take the table's own pending items.
+    """
+    if fresh:
+        bench.reset()
+        bench.enqueue_noop(count_of * batch * (count + 1) + 1000)
+        bench.vacuum_analyze()
     bench.checkpoint()
     explain_before = explain_claim(bench, batch)
     outs = []

@@ -91,9 +91,14 @@ def run(bench: Bench) -> dict[str, Any]:
 
 
 def sweep_once(
-    bench: Bench, expired: int, variant: str = AS_MIGRATED, *, checkpoints: bool = True
+    bench: Bench,
+    expired: int,
+    variant: str = AS_MIGRATED,
+    *,
+    checkpoints: bool = True,
+    rows_total: int | None = None,
 ) -> dict[str, Any]:
-    rows_total = bench.sizes.sweep_rows
+    rows_total = rows_total or bench.sizes.sweep_rows
     bench.sql("TRUNCATE checkpoints")
     bench.sql(
         "UPDATE work_items SET status = 'completed', completed_at = now(), "
