@@ -59,12 +59,14 @@ class Sizes:
     steady_seconds: float = 60.0
     peers_items: int = 20_000
     peers_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
-    peers_window_s: float = 10.0
+    peers_window_s: float = 6.0
     history_rows: int = 10_000_000
+    probe_items: int = 4_000
+    probe_workers: int = 4
     enqueue_items: int = 100_000
     options_items: int = 10_000
     options_workers: int = 4
-    options_repeats: int = 2
+    options_repeats: int = 1
     claim_count: int = 1_000  # claims per claimer process
     claim_batch_count: int = 100  # claims of 32 per claimer process
     pickup_items: int = 200
@@ -99,6 +101,8 @@ class Sizes:
             peers_workers=[1],
             peers_window_s=2.0,
             history_rows=200_000,
+            probe_items=300,
+            probe_workers=2,
             enqueue_items=5_000,
             options_items=300,
             options_workers=2,

@@ -203,6 +203,10 @@ class Bench:
     # --- scenario plumbing --------------------------------------------------------------------
 
     def run_scenario(self, name: str, fn: Callable[[Bench], dict[str, Any]]) -> None:
+        from django.db import close_old_connections
+
+        # A connection a failed scenario left broken is replaced, not reused.
+        close_old_connections()
         progress(f"scenario {name}")
         started = time.perf_counter()
         load_before = round(os.getloadavg()[0], 2)

@@ -1,7 +1,7 @@
 """The benchmark suite of the leasing app: `make bench`.
 
     .venv/bin/python -m bench.run                       # the full run
-    .venv/bin/python -m bench.run --quick               # a smoke run (< 1 minute)
+    .venv/bin/python -m bench.run --quick               # a smoke run (a few minutes)
     .venv/bin/python -m bench.run --only throughput,ceiling --workers 1,4 --items 50000
 
 It (re)creates its own PostgreSQL database (`--database`, default
@@ -27,6 +27,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import DEFAULT_SERVER_URL, install_cleanup
 from bench.context import Bench
@@ -36,7 +37,7 @@ from bench.scenarios import DEFAULT_SCENARIOS, MACHINE, MODULES, SCENARIOS
 __all__ = ["DEFAULT_SCENARIOS", "SCENARIOS", "main"]
 
 
-def table(results: dict[str, dict[str, object]]) -> str:
+def table(results: dict[str, dict[str, Any]]) -> str:
     rows: list[Row] = []
     if results.get("machine") and "error" not in results["machine"]:
         rows += MACHINE.rows(results["machine"])
@@ -48,7 +49,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
             rows.append(Row(name, f"ERROR {record['error']}", "", False))
             continue
         rows += MODULES[name].rows(record)
-    return format_table(rows)
+    return format_table(rows, MACHINE.raw_loop(results))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -3,7 +3,8 @@
 Speed is proven by `python -m bench.run` (`make bench`), which prints its
 figures; no test here asserts a speed. These tests only check that the quick
 version of every scenario runs against the PostgreSQL server of the test
-database (in its own database, `leasing_bench_smoke`) and reports sane
+database (in its own database, named after the test database so that
+worktrees sharing a server never drop each other's) and reports sane
 numbers: every item drained, positive rates, latencies that are numbers, each
 target reported as met or missed. The peers' scenario has its own test: the
 first run builds the peers' virtualenv from PyPI (bench/requirements-peers.txt).
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -43,7 +45,7 @@ def _quick_bench(only: tuple[str, ...], timeout_s: float) -> dict[str, dict[str,
             "--only",
             ",".join(only),
             "--database",
-            "leasing_bench_smoke",
+            f"{urlsplit(database_url()).path.lstrip('/') or 'leasing'}_bench_smoke",
             "--database-url",
             database_url(),
         ],
@@ -85,6 +87,7 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert machine["nproc"] >= 1
     assert machine["postgresql"]
     assert machine["pg_settings"]["synchronous_commit"]
+    assert _positive(machine["raw_loop_probe"]["jobs_per_s"])
 
     enqueue = records["enqueue"]
     assert enqueue["items"] > 0 and _positive(enqueue["seconds"])

@@ -61,14 +61,6 @@ def _targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def raw_loop_x4(results: dict[str, dict[str, Any]]) -> float | None:
-    """This bench's single-item loop at 4 processes (jobs/s), if it ran."""
-    for r in results.get("ceiling", {}).get("runs", []):
-        if r["batch"] == 1 and r["workers"] == 4:
-            return r["jobs_per_s"]
-    return None
-
-
 def rows(r: dict[str, Any]) -> Iterator[Row]:
     targets = {(1, 1): "ratio_n1", (1, 4): "ratio_n4", (100, 4): "ratio_batched_n4"}
     for run in r["runs"]:

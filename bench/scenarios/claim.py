@@ -142,4 +142,5 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
             p50_p99(run["claim_ms"]),
             "p99 < 5" if is_target else "",
             run.get("met") if is_target else None,
+            absolute=True,
         )

@@ -45,4 +45,5 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
         f"{r['seconds']:.2f} s ({r['items_per_s']:,}/s)",
         "< 5 s" if "met" in r else "",
         r.get("met"),
+        absolute=True,
     )

@@ -120,4 +120,5 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
             f"{p['share']:.1%}",
             f"claim <= {FIRST_CLAIM_MS:g} ms",
             wait is not None and wait <= FIRST_CLAIM_MS,
+            absolute=True,
         )

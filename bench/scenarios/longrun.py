@@ -117,6 +117,7 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
         f"{r['wall_s']} / {r['ideal_s']:g} ({r['wall_to_ideal']}x)",
         f"<= {WALL_RATIO}x",
         r["wall_met"],
+        absolute=True,
     )
     yield Row(
         "  database connections per process (of them LISTEN)",

@@ -44,7 +44,8 @@ def run(bench: Bench) -> dict[str, Any]:
                 "items": m,
                 "claimed_more_than_once": max(r["claimed_more_than_once"] for r in got),
                 "wall_jobs_per_s": max(r["wall_jobs_per_s"] for r in got),
-                "client_cpu_ms_per_job": min(r["client_cpu_ms_per_job"] for r in got),
+                "client_cpu_us_per_job": min(r["client_cpu_us_per_job"] for r in got),
+                "xact_per_job": min(r["xact_per_job"] for r in got),
                 "start_to_complete_ms": got[0]["start_to_complete_ms"],
             }
         )

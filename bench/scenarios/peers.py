@@ -11,7 +11,7 @@ ANALYZE of that table: every peer, like runworker, plans its claim far worse
 on the statistics of an emptied table (django-tasks-db drained 2.3 times
 slower), and this scenario compares how fast each drains, not how each copes
 with a burst (`burst` measures that for runworker). The rate is the jobs
-finished from the gate's release until all are done or W seconds (default 10)
+finished from the gate's release until all are done or W seconds (default 6)
 have passed, read every 0.1 s on the database clock; the same for `runworker`
 (default settings, N processes) in the bench database.
 """

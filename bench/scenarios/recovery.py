@@ -159,6 +159,7 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
         f"{t['p50']} / {t['max']}",
         f"<= {r['bound_s']:g}",
         r["met"],
+        absolute=True,
     )
     for i, rr in enumerate(r["per_round"]):
         yield Row(

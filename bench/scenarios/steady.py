@@ -138,6 +138,7 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
             p50_p99(run["enqueue_to_start_ms"]),
             f"p99 < {START_P99_MS:g}" if is_target else "",
             r["met"] if is_target else None,
+            absolute=True,
         )
         yield Row(
             f"  {run['load']:.0%} load: enqueue->completion p50/p99 ms",

@@ -157,5 +157,6 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
         if "timed_out_after_s" in run:
             yield Row(label, f"> {run['timed_out_after_s']:g} s (stopped)", "", False)
             continue
-        yield Row(label, f"{run['wall_ms']} ms", f"< {tgt:g} ms" if tgt else "", run.get("met"))
+        target = f"< {tgt:g} ms" if tgt else ""
+        yield Row(label, f"{run['wall_ms']} ms", target, run.get("met"), absolute=True)
         yield Row("  next pass (nothing expired)", f"{run['next_pass_nothing_expired_ms']} ms")

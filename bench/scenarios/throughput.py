@@ -53,7 +53,9 @@ def drain_rows(label: str, run: dict[str, Any]) -> Iterator[Row]:
     """The lines of one drain: rate, enqueue->start latency, cost per job."""
     n = run["workers"]
     yield Row(
-        f"{label} x{n} jobs/s (rows | wall)", f"{run['jobs_per_s']} | {run['wall_jobs_per_s']}"
+        f"{label} x{n} jobs/s (rows | wall)",
+        f"{run['jobs_per_s']} | {run['wall_jobs_per_s']}",
+        absolute=True,
     )
     yield Row(f"  x{n} enqueue->start p50/p99 ms", p50_p99(run["enqueue_to_start_ms"]))
     yield Row(
