@@ -47,6 +47,7 @@ class Sizes:
     warning_workers: list[int] = field(default_factory=lambda: [1, 4])
     ceiling_batches: list[int] = field(default_factory=lambda: [1, 10, 100])
     ceiling_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    ceiling_max_s: float = 30.0  # per loop process; see drain.drain_ceiling
     burst_items: int = 50_000
     burst_concurrency: int = 4
     fair_items: int = 40_000

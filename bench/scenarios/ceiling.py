@@ -65,9 +65,10 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
     targets = {(1, 1): "ratio_n1", (1, 4): "ratio_n4", (100, 4): "ratio_batched_n4"}
     for run in r["runs"]:
         n, k = run["workers"], run["batch"]
+        capped = f" (stopped after {run['completed']:,} items)" if run.get("capped") else ""
         yield Row(
             f"psycopg loop K={k} x{n} jobs/s (rows | wall)",
-            f"{run['jobs_per_s']} | {run['wall_jobs_per_s']}",
+            f"{run['jobs_per_s']} | {run['wall_jobs_per_s']}{capped}",
         )
         yield Row(
             f"  K={k} x{n} client CPU us/job, xact/job, machine busy %",

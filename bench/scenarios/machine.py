@@ -71,7 +71,7 @@ def raw_loop_probe(bench: Bench) -> dict[str, Any]:
     when that ran), so a figure from a slow phase of a shared host reads as such."""
     n, m = bench.sizes.probe_workers, bench.sizes.probe_items
     progress(f"  raw loop probe: {m} items, {n} processes")
-    run = drain_ceiling(bench, n, m, 1)
+    run = drain_ceiling(bench, n, m, 1, max_seconds=10.0)
     return {"workers": n, "items": m, "jobs_per_s": run["jobs_per_s"]}
 
 
