@@ -40,12 +40,17 @@ def gate_and_start(
     try:
         gate.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
         procs = [spawn(i) for i in range(n)]
-        wait_for(
-            lambda: all(p.poll() is None for p in procs) and _waiting(gate) >= n,
-            90,
-            f"{n} {what} processes to reach their first claim",
-            interval_s=0.01,
-        )
+
+        def all_waiting() -> bool:
+            for proc in procs:
+                if proc.poll() is not None:  # it will never reach the gate: say why now
+                    raise BenchError(
+                        f"{what}: pid {proc.pid} exited {proc.returncode} before its first "
+                        f"claim; log tail:\n{bench.procs.log_tail(proc, 5)}"
+                    )
+            return _waiting(gate) >= n
+
+        wait_for(all_waiting, 90, f"{n} {what} processes to reach their first claim", 0.01)
         if before_release is not None:
             before_release(procs)
         gate.commit()

@@ -46,7 +46,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         if record is None:
             continue
         if "error" in record:
-            rows.append(Row(name, f"ERROR {record['error']}", "", False))
+            error = " | ".join(line for line in record["error"].splitlines() if line.strip())
+            rows.append(Row(name, f"ERROR {error}", "", False))
             continue
         rows += MODULES[name].rows(record)
     return format_table(rows, MACHINE.raw_loop(results))
