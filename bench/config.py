@@ -62,6 +62,7 @@ class Sizes:
     peers_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
     peers_window_s: float = 6.0
     history_rows: int = 10_000_000
+    longtx_churn: int = 60_000
     probe_items: int = 4_000
     probe_workers: int = 4
     enqueue_items: int = 100_000
@@ -103,6 +104,7 @@ class Sizes:
             peers_workers=[1],
             peers_window_s=2.0,
             history_rows=200_000,
+            longtx_churn=1_000,
             probe_items=300,
             probe_workers=2,
             enqueue_items=5_000,

@@ -173,7 +173,8 @@ class Bench:
 
     # --- figures from the rows' own timestamps ------------------------------------------------
 
-    def drain_stats(self, work_type: str = "bench.noop") -> dict[str, Any]:
+    def drain_stats(self, work_type: str = "bench.noop", since: Any = None) -> dict[str, Any]:
+        """Figures of the items of `work_type` (created at or after `since`, if given)."""
         row = self.sql(
             """
             SELECT count(*) FILTER (WHERE status = 'completed'),
@@ -184,9 +185,9 @@ class Bench:
                        ORDER BY extract(epoch FROM started_at - created_at) * 1000),
                    percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (
                        ORDER BY extract(epoch FROM completed_at - started_at) * 1000)
-            FROM work_items WHERE work_type = %s
+            FROM work_items WHERE work_type = %s AND (%s::timestamptz IS NULL OR created_at >= %s)
             """,
-            [work_type],
+            [work_type, since, since],
         )[0]
         completed, total, reclaimed, span, e2s, s2c = row
         span = float(span or 0.0)

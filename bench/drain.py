@@ -78,6 +78,7 @@ def gated_drain(
     *,
     vacuum: bool = False,
     partial: bool = False,
+    fresh: bool = True,
 ) -> dict[str, Any]:
     """Drain m no-op items with n processes that all start claiming at the same instant.
 
@@ -86,9 +87,14 @@ def gated_drain(
     A CHECKPOINT comes first either way, so every run pays the same full-page
     writes: without it, figures swing with PostgreSQL's checkpoint cycle.
     `partial`: the processes may stop early (a time cap); the rate is then that
-    of the items they completed.
+    of the items they completed. `fresh`: the table is emptied first; otherwise
+    the m items join what it holds, and only they are counted.
     """
-    bench.reset()
+    since = None
+    if fresh:
+        bench.reset()
+    else:
+        since = bench.one("SELECT statement_timestamp()")
     bench.enqueue_noop(m)
     if vacuum:
         bench.vacuum_analyze()
@@ -110,7 +116,7 @@ def gated_drain(
     wall = time.perf_counter() - start
     cpu1, ru1 = cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN)
     bench.check_exit(procs, kind)
-    stats = bench.drain_stats()
+    stats = bench.drain_stats(since=since)
     if stats["completed"] != m and not (partial and stats["completed"]):
         raise BenchError(f"{kind} drained {stats['completed']} of {m} items")
     child_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime) - at_gate["cpu"]
@@ -151,6 +157,7 @@ def drain_runworker(
     *,
     env: dict[str, str] | None = None,
     vacuum: bool = False,
+    fresh: bool = True,
 ) -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -159,7 +166,7 @@ def drain_runworker(
         procs.append(proc)
         return proc
 
-    result = gated_drain(bench, n, m, "runworker --burst", spawn, vacuum=vacuum)
+    result = gated_drain(bench, n, m, "runworker --burst", spawn, vacuum=vacuum, fresh=fresh)
     result["completed_per_worker"] = [s.get("completed", 0) for s in bench.summaries(procs)]
     return result
 
