@@ -1,19 +1,21 @@
 """The ceiling: a plain psycopg 3 claim/complete loop, no Django (one process of many).
 
-    python -m bench.ceiling DATABASE_URL HOLDER [--work-type bench.noop] [--start-at EPOCH]
+    python -m bench.ceiling DATABASE_URL HOLDER [--batch K] [--work-type bench.noop]
 
-Per job, two autocommit statements (two commits):
+Per round, two autocommit statements (two commits) for up to K jobs:
 
-1. claim one row: one UPDATE ... WHERE work_item_id = (SELECT ... ORDER BY
-   priority DESC, created_at, work_item_id LIMIT 1 FOR UPDATE SKIP LOCKED)
-   RETURNING id, token -- the same claim order, filters and SET list as
+1. claim up to K rows: an UPDATE of the rows a `SELECT ... ORDER BY priority
+   DESC, created_at, work_item_id LIMIT K FOR UPDATE SKIP LOCKED` picked,
+   RETURNING id and token -- the same claim order, filters and SET list as
    `LeaseManager.acquire_leases`;
-2. complete it with an UPDATE fenced by holder + token + status, like
-   `LeaseManager.release_lease(success=True)`.
+2. complete them with one UPDATE fenced by holder + token + status per row,
+   like `LeaseManager.release_lease(success=True)` for each.
 
-It exits when a claim finds nothing (like `runworker --burst`) and prints one
-JSON line: {"holder", "completed", "seconds"}. psycopg's defaults apply,
-including server-side prepared statements after 5 executions.
+With K = 1 that is the single-item loop (two commits a job); K = 10 and 100 are
+the batched loops a batching worker is measured against. It exits when a claim
+finds nothing (like `runworker --burst`) and prints one JSON line:
+{"holder", "batch", "completed", "lost", "rounds", "seconds"}. psycopg's
+defaults apply, including server-side prepared statements after 5 executions.
 """
 
 from __future__ import annotations
@@ -23,73 +25,98 @@ import json
 import sys
 import time
 
+import psycopg
+
 from bench.common import connect
 
+# The best a loop can do: the engine's claim order and index, its planner
+# settings (walk the index in order whatever the statistics say), one statement.
 CLAIM = """
-UPDATE work_items SET
-    status = 'in_progress', lease_holder = %(holder)s, lease_token = lease_token + 1,
+SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off;
+WITH picked AS (
+    SELECT work_item_id FROM work_items
+    WHERE status = 'pending'
+      AND COALESCE(run_after, created_at) <= statement_timestamp()
+      AND work_type = %(work_type)s
+    ORDER BY priority DESC, COALESCE(run_after, created_at), created_at, work_item_id
+    LIMIT {batch}
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE work_items AS w SET
+    status = 'in_progress', lease_holder = %(holder)s, lease_token = w.lease_token + 1,
     lease_acquired_at = statement_timestamp(),
     lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
     lease_deadline_at = statement_timestamp() + interval '4 hours',
     heartbeat_at = statement_timestamp(), progress_at = NULL,
-    started_at = COALESCE(started_at, statement_timestamp()),
+    started_at = COALESCE(w.started_at, statement_timestamp()),
     updated_at = statement_timestamp()
-WHERE work_item_id = (
-    SELECT work_item_id FROM work_items
-    WHERE status = 'pending'
-      AND (run_after IS NULL OR run_after <= statement_timestamp())
-      AND work_type = %(work_type)s
-    ORDER BY priority DESC, created_at, work_item_id
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
-)
-RETURNING work_item_id, lease_token
+FROM picked WHERE w.work_item_id = picked.work_item_id
+RETURNING w.work_item_id, w.lease_token
 """
 
 COMPLETE = """
-UPDATE work_items SET
+UPDATE work_items AS w SET
     status = 'completed', output_data = NULL, error_message = NULL,
-    lease_holder = NULL, lease_expires_at = NULL,
+    lease_holder = NULL, lease_expires_at = NULL, lease_deadline_at = NULL,
     completed_at = statement_timestamp(), updated_at = statement_timestamp()
-WHERE work_item_id = %s AND lease_holder = %s AND lease_token = %s AND status = 'in_progress'
+FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS done(work_item_id, lease_token)
+WHERE w.work_item_id = done.work_item_id AND w.lease_token = done.lease_token
+  AND w.lease_holder = %(holder)s AND w.status = 'in_progress'
 """
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("database_url")
     parser.add_argument("holder")
+    parser.add_argument("--batch", type=int, default=1, help="rows per claim (K, default 1)")
     parser.add_argument("--work-type", default="bench.noop")
     parser.add_argument("--lease-seconds", type=float, default=300.0)
     parser.add_argument("--start-at", type=float, default=0.0, help="time.time() to start at")
     parser.add_argument("--max-seconds", type=float, default=600.0)
     args = parser.parse_args(argv)
+    if args.batch < 1:
+        parser.error(f"--batch must be at least 1, got {args.batch}")
 
     conn = connect(args.database_url)
-    params = {"holder": args.holder, "lease": args.lease_seconds, "work_type": args.work_type}
+    # K is written into the statement, so the planner always knows how small
+    # the limit is (a generic plan of a prepared `LIMIT $n` assumes 10% of the rows).
+    statement = CLAIM.format(batch=args.batch)
+    claim = {"holder": args.holder, "lease": args.lease_seconds, "work_type": args.work_type}
     delay = args.start_at - time.time()
     if delay > 0:
         time.sleep(delay)
-    completed = lost = 0
+    completed = lost = rounds = 0
     started = time.perf_counter()
     deadline = started + args.max_seconds
+    # Client-side binding: the claim and its SET LOCALs go in one round trip.
+    claimer = psycopg.ClientCursor(conn)
     with conn:
         while time.perf_counter() < deadline:
-            row = conn.execute(CLAIM, params).fetchone()
-            if row is None:
+            claimer.execute(statement, claim)
+            while claimer.description is None and claimer.nextset():
+                pass
+            claimed = claimer.fetchall()
+            if not claimed:
                 break
-            cur = conn.execute(COMPLETE, (row[0], args.holder, row[1]))
-            if cur.rowcount == 1:
-                completed += 1
-            else:
-                lost += 1
+            rounds += 1
+            done = {
+                "ids": [row[0] for row in claimed],
+                "tokens": [row[1] for row in claimed],
+                "holder": args.holder,
+            }
+            cur = conn.execute(COMPLETE, done)
+            completed += cur.rowcount
+            lost += len(claimed) - cur.rowcount
     seconds = time.perf_counter() - started
     print(
         json.dumps(
             {
                 "holder": args.holder,
+                "batch": args.batch,
                 "completed": completed,
                 "lost": lost,
+                "rounds": rounds,
                 "seconds": round(seconds, 4),
             }
         )

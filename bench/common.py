@@ -205,11 +205,13 @@ def install_cleanup(cleanup: Callable[[], None]) -> None:
 
 
 def subprocess_env(database_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a bench subprocess: the project's default logging (INFO)
+    unless `extra` sets LEASING_LOG_LEVEL, as a user who sets nothing gets it."""
     env = dict(os.environ)
+    env.pop("LEASING_LOG_LEVEL", None)
     env.update(
         DATABASE_URL=database_url,
         DJANGO_SETTINGS_MODULE=BENCH_SETTINGS,
-        LEASING_LOG_LEVEL="WARNING",
         PYTHONUNBUFFERED="1",
         PYTHONPATH=str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
     )

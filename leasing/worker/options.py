@@ -107,7 +107,9 @@ def resolve(
             else new_process_id()
         ),
         using=options.using,
-        concurrency=validation.integer("concurrency", options.concurrency, minimum=1, maximum=1000),
+        concurrency=validation.integer(
+            "concurrency", options.concurrency, minimum=1, maximum=10_000
+        ),
         prefetch=(
             None
             if options.prefetch is None

@@ -1,0 +1,124 @@
+"""Sizes, targets and runworker option sets of the benchmark suite (`python -m bench.run`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# How the drain scenarios run runworker: as a user does who sets nothing
+# (`runworker --burst`: every work type with a handler, one handler thread,
+# adaptive prefetch, the project's default logging). The `options` scenario
+# compares other settings; `throughput` also runs it at log level WARNING.
+RUNWORKER_OPTIONS: tuple[str, ...] = ()
+
+# The runworker option sets the `options` scenario compares (4 processes).
+OPTION_GRID: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (label, ("--work-type", "bench.noop", *options) if typed else options)
+    for label, typed, options in (
+        ("c1 prefetch=adaptive", True, ("--concurrency", "1")),
+        ("c1 prefetch=0", True, ("--concurrency", "1", "--prefetch", "0")),
+        ("c1 prefetch=32", True, ("--concurrency", "1", "--prefetch", "32")),
+        ("c1 prefetch=128", True, ("--concurrency", "1", "--prefetch", "128")),
+        ("c4 prefetch=adaptive", True, ("--concurrency", "4")),
+        ("c4 prefetch=32", True, ("--concurrency", "4", "--prefetch", "32")),
+        ("all work types, c1 prefetch=adaptive", False, ("--concurrency", "1")),
+    )
+)
+
+TARGETS = {
+    "ratio_n4": 1.0,
+    "ratio_n1": 0.8,
+    "ratio_batched_n4": 1.0,  # runworker / the K=100 loop, 4 processes
+    "logging_cost": 0.10,  # 1 - default-logging rate / WARNING rate, 4 processes
+    "burst_unvacuumed_ratio": 0.8,
+    "peers_ratio_x4": 10.0,  # runworker / the best peer, 4 processes
+    "claim_p99_ms": 5.0,
+    "pickup_p50_ms": 20.0,
+    "enqueue_100k_s": 5.0,
+    "sweep_1k_ms": 50.0,
+    "sweep_100k_s": 10.0,
+    "recovery_slack_s": 1.0,
+}
+
+
+@dataclass
+class Sizes:
+    items: int = 20_000
+    workers: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    warning_workers: list[int] = field(default_factory=lambda: [1, 4])
+    ceiling_batches: list[int] = field(default_factory=lambda: [1, 10, 100])
+    ceiling_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    ceiling_max_s: float = 30.0  # per loop process; see drain.drain_ceiling
+    burst_items: int = 50_000
+    burst_concurrency: int = 4
+    fair_items: int = 40_000
+    fair_workers: int = 4
+    longrun_items: int = 5_000
+    longrun_seconds: float = 5.0
+    longrun_workers: int = 4
+    steady_workers: int = 4
+    steady_loads: list[float] = field(default_factory=lambda: [0.5, 0.9])
+    steady_seconds: float = 60.0
+    peers_items: int = 20_000
+    peers_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    peers_window_s: float = 6.0
+    history_rows: int = 10_000_000
+    longtx_churn: int = 60_000
+    probe_items: int = 4_000
+    probe_workers: int = 4
+    enqueue_items: int = 100_000
+    options_items: int = 10_000
+    options_workers: int = 4
+    options_repeats: int = 1
+    claim_count: int = 1_000  # claims per claimer process
+    claim_batch_count: int = 100  # claims of 32 per claimer process
+    pickup_items: int = 200
+    pickup_workers: list[int] = field(default_factory=lambda: [1, 4])
+    pickup_gap_ms: tuple[float, float] = (20.0, 50.0)
+    recovery_items: int = 20
+    recovery_rounds: int = 3
+    recovery_lease_s: float = 2.0
+    recovery_heartbeat_s: float = 0.5
+    recovery_sweep_interval_s: float = 0.5
+    sweep_rows: int = 1_000_000
+    sweep_expired: list[int] = field(default_factory=lambda: [1_000, 100_000])
+    heartbeat_leases: int = 1_000
+    heartbeat_seconds: float = 3.0
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(
+            items=500,
+            workers=[1, 2],
+            warning_workers=[2],
+            ceiling_workers=[2],
+            burst_items=1_000,
+            fair_items=1_000,
+            fair_workers=2,
+            longrun_items=200,
+            longrun_seconds=2.0,
+            longrun_workers=2,
+            steady_workers=2,
+            steady_loads=[0.5],
+            steady_seconds=3.0,
+            peers_items=300,
+            peers_workers=[1],
+            peers_window_s=2.0,
+            history_rows=200_000,
+            longtx_churn=1_000,
+            probe_items=300,
+            probe_workers=2,
+            enqueue_items=5_000,
+            options_items=300,
+            options_workers=2,
+            options_repeats=1,
+            claim_count=100,
+            claim_batch_count=5,
+            pickup_items=20,
+            pickup_workers=[1],
+            recovery_items=5,
+            recovery_rounds=1,
+            sweep_rows=20_000,
+            sweep_expired=[100, 2_000],
+            heartbeat_leases=200,
+            heartbeat_seconds=0.5,
+        )

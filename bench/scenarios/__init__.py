@@ -1,0 +1,53 @@
+"""One module per benchmark scenario: each has `run(bench) -> dict` and `rows(record)`.
+
+`SCENARIOS` is the order `python -m bench.run` runs them in (`DEFAULT_SCENARIOS`
+without --only); `machine` always runs first and is not in either.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from bench.scenarios import (
+    burst,
+    ceiling,
+    claim,
+    enqueue,
+    fairstart,
+    heartbeat,
+    history,
+    longrun,
+    longtx,
+    machine,
+    options,
+    peers,
+    pickup,
+    recovery,
+    steady,
+    sweep,
+    throughput,
+)
+
+MODULES: dict[str, ModuleType] = {
+    "enqueue": enqueue,
+    "throughput": throughput,
+    "ceiling": ceiling,
+    "options": options,
+    "burst": burst,
+    "fairstart": fairstart,
+    "longrun": longrun,
+    "steady": steady,
+    "longtx": longtx,
+    "peers": peers,
+    "claim": claim,
+    "pickup": pickup,
+    "recovery": recovery,
+    "sweep": sweep,
+    "heartbeat": heartbeat,
+    "history": history,
+}
+SCENARIOS: tuple[str, ...] = tuple(MODULES)
+# What `python -m bench.run` runs unless --only says otherwise: loading
+# 10,000,000 rows does not fit the 15 minutes of `make bench`.
+DEFAULT_SCENARIOS: tuple[str, ...] = tuple(name for name in SCENARIOS if name != "history")
+MACHINE = machine

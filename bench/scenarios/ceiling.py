@@ -1,0 +1,86 @@
+"""ceiling: the same M items drained by N plain psycopg loops claiming K rows at a time.
+
+K = 1 is the single-item loop (two commits a job); K = 10 and 100 claim and
+complete that many rows per statement, the bar for a worker that batches. The
+ratios compare runworker's throughput run of the same bench with each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from bench.common import progress
+from bench.config import TARGETS
+from bench.context import Bench
+from bench.drain import drain_ceiling
+from bench.report import Row
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    runs = []
+    library = {r["workers"]: r for r in bench.results.get("throughput", {}).get("runs", [])}
+    for batch in bench.sizes.ceiling_batches:
+        for n in bench.sizes.ceiling_workers:
+            progress(f"  plain psycopg x{n}, batch {batch}: {bench.sizes.items} items")
+            result = drain_ceiling(bench, n, bench.sizes.items, batch)
+            lib = library.get(n)
+            if lib and lib.get("jobs_per_s") and result.get("jobs_per_s"):
+                result["ratio_runworker_to_ceiling"] = round(
+                    lib["jobs_per_s"] / result["jobs_per_s"], 3
+                )
+                result["ratio_wall"] = round(lib["wall_jobs_per_s"] / result["wall_jobs_per_s"], 3)
+            progress(
+                f"    {result['jobs_per_s']} jobs/s, "
+                f"ratio {result.get('ratio_runworker_to_ceiling')}"
+            )
+            runs.append(result)
+    return {
+        "items": bench.sizes.items,
+        "measures": "jobs/s (rows) = M / (last completed_at - first started_at), database "
+        "clock; ratio = runworker's jobs/s at the same N in this bench's throughput scenario",
+        "runs": runs,
+        **_targets(runs),
+    }
+
+
+def _targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, batch, n in (("ratio_n1", 1, 1), ("ratio_n4", 1, 4), ("ratio_batched_n4", 100, 4)):
+        ratio = next(
+            (
+                r.get("ratio_runworker_to_ceiling")
+                for r in runs
+                if r["batch"] == batch and r["workers"] == n
+            ),
+            None,
+        )
+        if ratio is not None:
+            out[key] = ratio
+            out[f"{key}_met"] = ratio >= TARGETS[key]
+    return out
+
+
+def rows(r: dict[str, Any]) -> Iterator[Row]:
+    targets = {(1, 1): "ratio_n1", (1, 4): "ratio_n4", (100, 4): "ratio_batched_n4"}
+    for run in r["runs"]:
+        n, k = run["workers"], run["batch"]
+        capped = f" (stopped after {run['completed']:,} items)" if run.get("capped") else ""
+        yield Row(
+            f"psycopg loop K={k} x{n} jobs/s (rows | wall)",
+            f"{run['jobs_per_s']} | {run['wall_jobs_per_s']}{capped}",
+        )
+        yield Row(
+            f"  K={k} x{n} client CPU us/job, xact/job, machine busy %",
+            f"{run['client_cpu_us_per_job']}, {run['xact_per_job']}, {run['machine_cpu_busy_pct']}",
+        )
+        ratio = run.get("ratio_runworker_to_ceiling")
+        if ratio is None:
+            continue
+        key = targets.get((k, n))
+        if key:
+            yield Row(
+                f"  ratio runworker/loop K={k} x{n}", ratio, f">= {TARGETS[key]}", r[f"{key}_met"]
+            )
+        else:
+            yield Row(f"  ratio runworker/loop K={k} x{n}", ratio)

@@ -1,0 +1,97 @@
+"""machine: nproc, CPU, PostgreSQL version and settings, versions, git commit (always printed)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import subprocess
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, progress
+from bench.config import RUNWORKER_OPTIONS
+from bench.context import Bench
+from bench.drain import drain_ceiling
+from bench.report import Row
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    import django
+    import psycopg
+
+    settings = dict(
+        bench.sql(
+            """
+            SELECT name, setting || COALESCE(unit, '') FROM pg_settings
+            WHERE name IN ('synchronous_commit', 'fsync', 'shared_buffers', 'max_connections',
+                           'wal_level', 'full_page_writes', 'autovacuum',
+                           'shared_preload_libraries', 'work_mem', 'commit_delay')
+            """
+        )
+    )
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    commit = ""
+    with contextlib.suppress(Exception):
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "postgresql": bench.one("SHOW server_version"),
+        "pg_settings": settings,
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "git_commit": commit,
+        "quick": bool(bench.args.quick),
+        "sizes": asdict(bench.sizes),
+        "runworker_options": list(RUNWORKER_OPTIONS),
+        "raw_loop_probe": raw_loop_probe(bench),
+    }
+
+
+def raw_loop_probe(bench: Bench) -> dict[str, Any]:
+    """How fast this host is now: the single-item psycopg loop (`bench.ceiling`,
+    K = 1) at 4 processes over a few thousand items. Every absolute figure of
+    the table is printed beside it (the `ceiling` scenario's 20,000-item figure
+    when that ran), so a figure from a slow phase of a shared host reads as such."""
+    n, m = bench.sizes.probe_workers, bench.sizes.probe_items
+    progress(f"  raw loop probe: {m} items, {n} processes")
+    run = drain_ceiling(bench, n, m, 1, max_seconds=10.0)
+    return {"workers": n, "items": m, "jobs_per_s": run["jobs_per_s"]}
+
+
+def raw_loop(results: dict[str, dict[str, Any]]) -> float | None:
+    """The same run's single-item loop at 4 processes: `ceiling`'s, else the probe's."""
+    for r in results.get("ceiling", {}).get("runs", []):
+        if r["batch"] == 1 and r["workers"] == 4:
+            return r["jobs_per_s"]
+    return results.get("machine", {}).get("raw_loop_probe", {}).get("jobs_per_s")
+
+
+def rows(m: dict[str, Any]) -> Iterator[Row]:
+    pg = m.get("pg_settings", {})
+    yield Row(
+        "machine",
+        f"{m.get('nproc')} CPU, PostgreSQL {m.get('postgresql')}, "
+        f"synchronous_commit={pg.get('synchronous_commit')}, fsync={pg.get('fsync')}",
+    )
+    probe = m.get("raw_loop_probe") or {}
+    yield Row(
+        f"raw loop probe x{probe.get('workers')}, {probe.get('items', 0):,} items, jobs/s",
+        probe.get("jobs_per_s"),
+    )

@@ -1,0 +1,164 @@
+"""sweep: the first `scan_and_recover()` with 1,000 / 100,000 expired among 1,000,000 rows."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from bench.common import PYTHON, BenchError, progress
+from bench.config import TARGETS
+from bench.context import Bench
+from bench.report import Row
+
+AS_MIGRATED = "as migrated"
+
+
+def load_rows(bench: Bench, rows: int) -> float:
+    """`rows` work items: 2% pending, 0.1% live leases, 1% failed, the rest completed."""
+    start = time.perf_counter()
+    bench.reset()
+    pending, live, failed = rows // 50, max(rows // 1000, 1), rows // 100
+    bench.sql(
+        """
+        INSERT INTO work_items (
+            work_item_id, task_id, work_type, status, priority, lease_holder, lease_token,
+            lease_acquired_at, lease_expires_at, lease_deadline_at, heartbeat_at,
+            retry_count, max_retries, queue_name, input_data, output_data, created_at,
+            started_at, completed_at, updated_at)
+        SELECT lpad(g::text, 26, '0'), 'task-' || g, 'bench.noop',
+               CASE WHEN g <= %(live)s THEN 'in_progress'
+                    WHEN g <= %(live)s + %(pending)s THEN 'pending'
+                    WHEN g <= %(live)s + %(pending)s + %(failed)s THEN 'failed'
+                    ELSE 'completed' END,
+               0,
+               CASE WHEN g <= %(live)s THEN 'bench-live-worker' END,
+               CASE WHEN g <= %(live)s + %(pending)s AND g > %(live)s THEN 0 ELSE 1 END,
+               CASE WHEN g <= %(live)s THEN now() END,
+               CASE WHEN g <= %(live)s THEN now() + interval '1 hour' END,
+               CASE WHEN g <= %(live)s THEN now() + interval '4 hours' END,
+               CASE WHEN g <= %(live)s THEN now() END,
+               0, 3, 'default', '{"n": 1}'::jsonb, NULL,
+               now() - interval '1 day' + g * interval '1 ms',
+               CASE WHEN g > %(live)s + %(pending)s OR g <= %(live)s
+                    THEN now() - interval '1 day' + g * interval '1 ms' END,
+               CASE WHEN g > %(live)s + %(pending)s
+                    THEN now() - interval '1 day' + g * interval '1 ms' END,
+               now()
+        FROM generate_series(1, %(rows)s) AS g
+        """,
+        {"rows": rows, "live": live, "pending": pending, "failed": failed},
+    )
+    return time.perf_counter() - start
+
+
+def expire(bench: Bench, count: int) -> None:
+    """Turn the newest `count` completed rows into in_progress items whose lease ran out."""
+    bench.sql(
+        """
+        UPDATE work_items SET status = 'in_progress', lease_holder = 'bench-dead-worker',
+               lease_token = lease_token + 1, completed_at = NULL,
+               lease_acquired_at = now() - interval '10 minutes',
+               heartbeat_at = now() - interval '6 minutes',
+               lease_expires_at = now() - interval '5 minutes' + random() * interval '1 minute',
+               lease_deadline_at = now() + interval '4 hours'
+        WHERE work_item_id IN (
+            SELECT work_item_id FROM work_items WHERE status = 'completed'
+            ORDER BY work_item_id DESC LIMIT %s)
+        """,
+        [count],
+    )
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    rows_total = bench.sizes.sweep_rows
+    progress(f"  loading {rows_total} rows")
+    load_s = load_rows(bench, rows_total)
+    runs = [sweep_once(bench, expired) for expired in bench.sizes.sweep_expired]
+    # The same passes without their error_boundary checkpoints
+    # (`recoverysweep --no-checkpoints`): what the checkpoints cost.
+    runs += [
+        sweep_once(bench, expired, "without error_boundary checkpoints", checkpoints=False)
+        for expired in bench.sizes.sweep_expired
+    ]
+    return {
+        "measures": "wall time of the first RecoverySweep(scan_interval_seconds=60)"
+        ".scan_and_recover() in a fresh process (recovery + checkpoints + retention + keys "
+        "+ lost workers), after VACUUM ANALYZE; and of the pass right after it",
+        "rows": rows_total,
+        "load_s": round(load_s, 1),
+        "runs": runs,
+    }
+
+
+def sweep_once(
+    bench: Bench,
+    expired: int,
+    variant: str = AS_MIGRATED,
+    *,
+    checkpoints: bool = True,
+    rows_total: int | None = None,
+) -> dict[str, Any]:
+    rows_total = rows_total or bench.sizes.sweep_rows
+    bench.sql("TRUNCATE checkpoints")
+    bench.sql(
+        "UPDATE work_items SET status = 'completed', completed_at = now(), "
+        "retry_count = 0, error_message = NULL, lease_holder = NULL, "
+        "lease_expires_at = NULL WHERE status IN ('pending', 'failed') AND retry_count > 0"
+    )
+    expire(bench, expired)
+    bench.vacuum_analyze()
+    bench.vacuum_analyze("checkpoints")
+    progress(f"  sweeping {expired} expired among {rows_total} ({variant})")
+    out = bench.log_dir / f"sweep-{expired}-{len(variant)}.json"
+    command = [PYTHON, "-m", "bench.sweeper", str(out)]
+    if not checkpoints:
+        command.append("--no-checkpoints")
+    proc, _ = bench.procs.spawn(command, env=bench.env, name=f"sweep-{expired}")
+    limit = bench.args.sweep_timeout
+    try:
+        bench.procs.wait_all([proc], timeout_s=limit, what="sweep pass")
+    except BenchError:
+        bench.procs.stop(proc, grace_s=2)
+        progress(f"    still running after {limit:g} s: stopped")
+        return {"expired": expired, "variant": variant, "timed_out_after_s": limit, "met": False}
+    bench.check_exit([proc], "sweep pass")
+    result = json.loads(out.read_text())
+    first, second = result["first"], result["second"]
+    outcome = (first["expired_found"], first["recovered"], first["errors"])
+    if outcome != (expired, expired, 0):
+        raise BenchError(
+            f"sweep found {first['expired_found']}, recovered "
+            f"{first['recovered']} of {expired}, {first['errors']} errors"
+        )
+    wall_ms = first["wall_ms"]
+    sweep_run = {
+        "expired": expired,
+        "variant": variant,
+        "wall_ms": wall_ms,
+        "scan_duration_ms": first["scan_duration_ms"],
+        "batches": first["batches"],
+        "checkpoints_created": first["checkpoints_created"],
+        "next_pass_nothing_expired_ms": second["wall_ms"],
+        "next_pass_expired_found": second["expired_found"],
+    }
+    target_ms = {1_000: TARGETS["sweep_1k_ms"], 100_000: TARGETS["sweep_100k_s"] * 1000}
+    if variant == AS_MIGRATED and expired in target_ms:
+        sweep_run["target_ms"] = target_ms[expired]
+        sweep_run["met"] = wall_ms < target_ms[expired]
+    progress(f"    {wall_ms:.1f} ms ({first['batches']} batches)")
+    return sweep_run
+
+
+def rows(r: dict[str, Any]) -> Iterator[Row]:
+    for run in r["runs"]:
+        tgt = run.get("target_ms")
+        suffix = "" if run["variant"] == AS_MIGRATED else f", {run['variant']}"
+        label = f"sweep {run['expired']:,} expired of {r['rows']:,} rows{suffix}"
+        if "timed_out_after_s" in run:
+            yield Row(label, f"> {run['timed_out_after_s']:g} s (stopped)", "", False)
+            continue
+        target = f"< {tgt:g} ms" if tgt else ""
+        yield Row(label, f"{run['wall_ms']} ms", target, run.get("met"), absolute=True)
+        yield Row("  next pass (nothing expired)", f"{run['next_pass_nothing_expired_ms']} ms")
