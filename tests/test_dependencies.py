@@ -102,9 +102,7 @@ def test_complete_and_claim_releases_dependents_and_claims_in_one_call():
     assert [lease.work_item_id for lease in done.completed] == [parent.pk]
     assert get(parent).output_data == {"ok": True}
     assert get(child).dependencies_left == 0
-    # On PostgreSQL the claim ran in the same statement as the (skipped) batch
-    # completion, before the child was released: it comes with the next claim.
-    claimed += manager.acquire_leases(5, 60)
+    # The child released by the completion comes with the same call's claim.
     assert [lease.work_item_id for lease in claimed] == [child.pk]
 
 
@@ -436,3 +434,54 @@ def test_completing_an_item_nobody_depends_on_is_one_statement():
         manager.release_lease(lease.work_item_id, success=True)
     assert len(queries.captured_queries) == 1
     assert "NOT has_dependents" in queries.captured_queries[0]["sql"]
+
+
+# --- the claim never walks past blocked items ---------------------------------------------
+
+
+def _plan_nodes(plan: dict) -> list[dict]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes += _plan_nodes(child)
+    return nodes
+
+
+@pytest.mark.postgres
+def test_the_claim_reads_no_blocked_item_however_many_there_are():
+    from leasing.sql.dialect import Dialect
+    from leasing.sql.work_items import ClaimFilters, _candidates
+
+    parent = enqueue("parent", "w", priority=-1)
+    # Ahead of the parent in claim order, were they in the claim index.
+    enqueue_many(
+        [
+            {"task_id": f"b{i}", "work_type": "w", "priority": 5, "depends_on": [parent]}
+            for i in range(3000)
+        ]
+    )
+    sql, params = _candidates(Dialect(), ClaimFilters(), 1)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE work_items")
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+        cursor.execute(sql, params)
+        assert cursor.fetchall() == [(parent.pk,)]
+    scans = [n for n in _plan_nodes(plan) if "Scan" in n["Node Type"]]
+    assert [n.get("Index Name") for n in scans] == ["work_items_claim_idx"], plan
+    assert scans[0]["Actual Rows"] == 1
+    assert scans[0].get("Rows Removed by Filter", 0) == 0
+
+
+def test_the_claim_statement_uses_the_claim_index(is_postgres):
+    from leasing.sql.dialect import Dialect
+    from leasing.sql.work_items import ClaimFilters, _candidates
+
+    parent = enqueue("parent", "w")
+    enqueue_many(
+        [{"task_id": f"b{i}", "work_type": "w", "depends_on": [parent]} for i in range(50)]
+    )
+    sql, params = _candidates(Dialect(), ClaimFilters(), 1)
+    with connection.cursor() as cursor:
+        cursor.execute(("EXPLAIN " if is_postgres else "EXPLAIN QUERY PLAN ") + sql, params)
+        plan = " ".join(str(row) for row in cursor.fetchall())
+    assert "work_items_claim_idx" in plan

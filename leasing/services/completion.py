@@ -139,4 +139,9 @@ def complete_and_claim(
         return completion, manager.claim(n, terms, filters)
     written = {(row["work_item_id"], row["lease_token"]) for row in rows if row["kind"] == "done"}
     claimed = manager.leases_from_rows(row for row in rows if row["kind"] == "claimed")
-    return _split(manager, done, written), claimed
+    completion = _split(manager, done, written)
+    if len(completion.completed) > len(written) and len(claimed) < n:
+        # Items with dependents were completed after the statement's claim:
+        # what they released is claimable now.
+        claimed += manager.claim(n - len(claimed), terms, filters)
+    return completion, claimed

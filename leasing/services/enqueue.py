@@ -31,7 +31,8 @@ from ..sql import new_items as sql
 from ..sql.dialect import Dialect
 from ..sql.new_items import NewItem
 from ..sql.runner import run, run_one, to_datetime, translate_db_errors
-from .enqueue_rules import check_positions, insert_with_rules, item_rules
+from .enqueue_rules import check_positions, item_rules
+from .enqueue_with_rules import insert_with_rules
 
 
 def _validate(
@@ -158,6 +159,11 @@ def enqueue(
         "run_after": run_after,
         "queue_name": queue_name,
     }
+    if isinstance(depends_on, list | tuple) and any(type(dep) is int for dep in depends_on):
+        raise InvalidInput(
+            "depends_on: positions in the batch are for enqueue_many(); "
+            "enqueue() takes work item ids."
+        )
     for name, value in (
         ("unique_key", unique_key),
         ("unique_while", unique_while),
@@ -166,14 +172,6 @@ def enqueue(
     ):
         if value is not None:
             spec[name] = value
-    if depends_on is not None and not isinstance(depends_on, str | bytes | Mapping):
-        depends_on = list(depends_on)
-        if any(type(dep) is int for dep in depends_on):
-            raise InvalidInput(
-                "depends_on: positions in the batch are for enqueue_many(); "
-                "enqueue() takes work item ids."
-            )
-        spec["depends_on"] = depends_on
     items = enqueue_many([spec], using=using)
     return items[0]
 
@@ -201,7 +199,7 @@ def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") 
     Each item is a mapping with the keyword arguments of `enqueue()`. In a
     batch, `depends_on` may also name another item of the same batch by its
     position (an int). A batch with unique keys or dependencies is inserted
-    by `leasing.services.enqueue_rules`; each returned item says whether it
+    by `leasing.services.enqueue_with_rules`; each returned item says whether it
     is a `duplicate`.
     """
     if isinstance(items, Mapping | str | bytes) or not isinstance(items, Iterable):
