@@ -89,15 +89,8 @@ class _Batch:
 def insert_with_rules(using: str, items: list[NewItem]) -> list[WorkItem]:
     """Insert a batch with unique keys or dependencies (inside the caller's transaction)."""
     batch = _Batch(using, items)
-    external = sorted(
-        {
-            dep
-            for index, item in enumerate(items)
-            if index not in batch.alias
-            for dep in item.depends_on
-            if isinstance(dep, str)
-        }
-    )
+    # Every id is checked, even those of an item that turns out a duplicate.
+    external = sorted({dep for item in items for dep in item.depends_on if isinstance(dep, str)})
     _lock_dependencies(batch, external)
     _find_period_holders(batch)
     _insert_rows(batch)
@@ -263,10 +256,10 @@ def _dependencies_first(graph: dict[int, list[int]], nodes: list[int]) -> list[i
     order: list[int] = []
     seen: set[int] = set()
     for start in nodes:
-        stack = [(start, iter(graph.get(start, ())))]
         if start in seen:
             continue
         seen.add(start)
+        stack = [(start, iter(graph.get(start, ())))]
         while stack:
             node, children = stack[-1]
             child = next(children, None)
