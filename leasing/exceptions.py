@@ -58,6 +58,10 @@ class UnknownWorkType(InvalidInput):
     """No handler is registered for a work type."""
 
 
+class UnknownDependency(InvalidInput):
+    """`depends_on` names a work item that does not exist."""
+
+
 # --- lookups ----------------------------------------------------------------------
 
 

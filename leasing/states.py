@@ -25,6 +25,22 @@ class WorkItemStatus(models.TextChoices):
     EXPIRED = "expired", "Expired"
 
 
+class UniqueScope(models.TextChoices):
+    """How long a work item holds its `unique_key` (see `enqueue(unique_while=...)`)."""
+
+    PENDING = "pending", "While pending"
+    UNFINISHED = "unfinished", "While pending or in progress"
+    # For a period after enqueue, whatever the status (`unique_until`).
+    PERIOD = "period", "For a period after enqueue"
+
+
+class DependencyFailure(models.TextChoices):
+    """What a dependent item does when one of its dependencies fails for good."""
+
+    FAIL = "fail", "Fail with the dependency"
+    WAIT = "wait", "Stay blocked"
+
+
 class LeaseHealth(models.TextChoices):
     HEALTHY = "healthy", "Healthy"
     STALE = "stale", "Stale heartbeat"

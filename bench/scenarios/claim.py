@@ -86,8 +86,16 @@ def explain_claim(bench: Bench, batch: int) -> dict[str, Any] | None:
     claim = next((c for c in captured if "SKIP LOCKED" in c[0]), None)
     if claim is None:
         return None
+    # The claim is sent with its planner settings around it (SET LOCAL ...;
+    # claim; SET LOCAL ... TO DEFAULT): explain the claim under those settings.
+    statements = [part.strip() for part in claim[0].split(";") if part.strip()]
+    settings = [part for part in statements if part.upper().startswith("SET LOCAL")]
+    query = next(part for part in statements if not part.upper().startswith("SET LOCAL"))
     with contextlib.suppress(_Rollback), transaction.atomic():
-        plan = bench.sql("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + claim[0], claim[1])
+        for setting in settings:
+            if "TO DEFAULT" not in setting.upper():
+                bench.sql(setting)
+        plan = bench.sql("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query, claim[1])
         raise _Rollback
     doc = plan[0][0]
     doc = json.loads(doc) if isinstance(doc, str) else doc

@@ -24,14 +24,16 @@ class Backlog:
     deferred: int
     oldest_created_at: datetime | None
     oldest_age_seconds: float | None
+    blocked: int = 0  # pending, waiting for dependencies (counted in `pending`)
 
     @property
     def claimable(self) -> int:
-        return self.pending - self.deferred
+        return self.pending - self.deferred - self.blocked
 
 
 def backlog(*, now: datetime | None = None, using: str = "default") -> Backlog:
-    """One index-only scan of `work_items_claim_idx` (pending rows only).
+    """One index-only scan of `work_items_claim_idx` (pending rows not blocked by
+    dependencies), plus a count of the blocked ones (`work_items_blocked_idx`).
 
     The oldest *claimable* item is the one a worker should already have taken;
     items deferred by a retry backoff or a future `run_after` wait on purpose
@@ -44,17 +46,20 @@ def backlog(*, now: datetime | None = None, using: str = "default") -> Backlog:
     counts = (
         WorkItem.objects.using(using)
         .pending()
+        .filter(dependencies_left=0)
         .aggregate(
             pending=Count("*"),
             deferred=Count("run_after", filter=Q(run_after__gt=Now())),
             oldest=Min("created_at", filter=claimable),
         )
     )
+    blocked = WorkItem.objects.using(using).blocked().count()
     return Backlog(
-        pending=counts["pending"],
+        pending=counts["pending"] + blocked,
         deferred=counts["deferred"],
         oldest_created_at=counts["oldest"],
         oldest_age_seconds=age(now, counts["oldest"]),
+        blocked=blocked,
     )
 
 

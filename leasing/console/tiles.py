@@ -63,7 +63,8 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
         Tile(
             "Pending backlog",
             f"{backlog.pending:,}",
-            f"{backlog.claimable:,} claimable · {backlog.deferred:,} waiting for run_after",
+            f"{backlog.claimable:,} claimable · {backlog.deferred:,} waiting for run_after"
+            + (f" · {backlog.blocked:,} waiting for dependencies" if backlog.blocked else ""),
             "info",
             f"{changelist}?status__exact=pending",
         ),

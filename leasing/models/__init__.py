@@ -1,4 +1,5 @@
-"""The four tables, declared as models.
+"""The tables, declared as models: `work_items`, `checkpoints`, `idempotency_keys`,
+`workers` and `work_item_dependencies`.
 
 Table and column names are the product's documented schema, so monitoring SQL
 written against the tables runs unchanged. State changes do not live here:
@@ -8,6 +9,7 @@ admin and console share.
 """
 
 from .checkpoints import Checkpoint, CheckpointQuerySet, CheckpointType
+from .dependencies import WorkItemDependency
 from .idempotency import IdempotencyKey, IdempotencyKeyQuerySet, IdempotencyStatus
 from .processes import Worker, WorkerQuerySet, WorkerRole, WorkerStatus
 from .work_items import LeaseHealth, WorkItem, WorkItemQuerySet, WorkItemStatus
@@ -21,6 +23,7 @@ __all__ = [
     "IdempotencyStatus",
     "LeaseHealth",
     "WorkItem",
+    "WorkItemDependency",
     "WorkItemQuerySet",
     "WorkItemStatus",
     "Worker",

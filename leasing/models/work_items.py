@@ -13,7 +13,7 @@ from django.db.models.lookups import LessThanOrEqual
 from ..conf import get_settings
 from ..exceptions import InvalidStatus
 from ..ids import new_ulid
-from ..states import LeaseHealth, WorkItemStatus
+from ..states import DependencyFailure, LeaseHealth, UniqueScope, WorkItemStatus
 from ..validation import MAX_KEY_LENGTH
 
 
@@ -62,8 +62,16 @@ class WorkItemQuerySet(models.QuerySet["WorkItem"]):
         return self.filter(status__in=[WorkItemStatus.COMPLETED, WorkItemStatus.FAILED])
 
     def claimable(self) -> Self:
-        """Pending items whose `run_after` has passed (by the database clock)."""
-        return self.pending().filter(Q(run_after__isnull=True) | Q(run_after__lte=Now()))
+        """Pending items whose `run_after` has passed and whose dependencies all completed."""
+        return (
+            self.pending()
+            .filter(dependencies_left=0)
+            .filter(Q(run_after__isnull=True) | Q(run_after__lte=Now()))
+        )
+
+    def blocked(self) -> Self:
+        """Pending items waiting for dependencies that have not completed."""
+        return self.pending().filter(dependencies_left__gt=0)
 
     def deferred(self) -> Self:
         """Pending items not claimable before their `run_after`."""
@@ -168,6 +176,30 @@ class WorkItem(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
+    unique_key = models.TextField(
+        null=True, blank=True, help_text="Enqueue returns the holder of this key instead."
+    )
+    unique_scope = models.TextField(null=True, blank=True, choices=UniqueScope.choices)
+    unique_until = models.DateTimeField(
+        null=True, blank=True, help_text="The end of the key's period (period scope only)."
+    )
+    dependencies_left = models.IntegerField(
+        default=0,
+        db_default=0,
+        help_text="Dependencies not completed yet; claimable only at 0.",
+    )
+    has_dependents = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Some item depends on this one (its completion or failure must reach them).",
+    )
+    on_dependency_failure = models.TextField(
+        null=True, blank=True, choices=DependencyFailure.choices
+    )
+
+    # Not a column: `enqueue()` and `enqueue_many()` set it to True on an
+    # existing item they return because it holds the unique key asked for.
+    duplicate: bool = False
 
     objects = WorkItemQuerySet.as_manager()
 
@@ -201,7 +233,46 @@ class WorkItem(models.Model):
             ),
             *(
                 at_most_key_length(column, "work_items")
-                for column in ("task_id", "work_type", "queue_name", "lease_holder")
+                for column in ("task_id", "work_type", "queue_name", "lease_holder", "unique_key")
+            ),
+            # A key has a scope, and only the period scope has an end.
+            models.CheckConstraint(
+                condition=Q(
+                    unique_key__isnull=True, unique_scope__isnull=True, unique_until__isnull=True
+                )
+                | Q(
+                    unique_key__isnull=False,
+                    unique_scope__in=[UniqueScope.PENDING, UniqueScope.UNFINISHED],
+                    unique_until__isnull=True,
+                )
+                | Q(
+                    unique_key__isnull=False,
+                    unique_scope=UniqueScope.PERIOD,
+                    unique_until__isnull=False,
+                ),
+                name="work_items_unique_scope_valid",
+            ),
+            # While an item holds its key (by its scope's status condition), no
+            # other item with that key and scope can be inserted: enqueue's
+            # INSERT ... ON CONFLICT names this index, with the same predicate
+            # (`sql.unique.HOLDING`; SQLite compares the two term by term).
+            models.UniqueConstraint(
+                fields=["unique_key", "unique_scope"],
+                condition=(Q(unique_scope=UniqueScope.PENDING) & Q(status=WorkItemStatus.PENDING))
+                | (
+                    Q(unique_scope=UniqueScope.UNFINISHED)
+                    & Q(status__in=[WorkItemStatus.PENDING, WorkItemStatus.IN_PROGRESS])
+                ),
+                name="work_items_unique_key_uniq",
+            ),
+            models.CheckConstraint(
+                condition=Q(dependencies_left__gte=0),
+                name="work_items_dependencies_left_non_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(on_dependency_failure__isnull=True)
+                | Q(on_dependency_failure__in=DependencyFailure.values),
+                name="work_items_on_dependency_failure_valid",
             ),
         ]
         indexes = [
@@ -214,6 +285,8 @@ class WorkItem(models.Model):
             # available. run_after rides along (it never changes the order: the
             # id is unique) so the backlog figures are index-only scans, and no
             # second partial index on pending rows competes with this one.
+            # Items blocked by dependencies are not in it at all, so a claim
+            # never walks past them however many there are.
             models.Index(
                 F("priority").desc(),
                 Coalesce("run_after", "created_at"),
@@ -221,7 +294,20 @@ class WorkItem(models.Model):
                 "work_item_id",
                 "run_after",
                 name="work_items_claim_idx",
-                condition=Q(status=WorkItemStatus.PENDING),
+                condition=Q(status=WorkItemStatus.PENDING, dependencies_left=0),
+            ),
+            # Pending items blocked by dependencies (counted by the console;
+            # never a claim candidate: its condition excludes dependencies_left = 0).
+            models.Index(
+                fields=["created_at"],
+                name="work_items_blocked_idx",
+                condition=Q(status=WorkItemStatus.PENDING, dependencies_left__gt=0),
+            ),
+            # The holders of a period-scoped unique key.
+            models.Index(
+                fields=["unique_key", "unique_until"],
+                name="work_items_unique_period_idx",
+                condition=Q(unique_scope=UniqueScope.PERIOD),
             ),
             models.Index(
                 fields=["lease_expires_at"],

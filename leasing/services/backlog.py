@@ -13,10 +13,12 @@ def due_within(seconds: float, filters: ClaimFilters, *, using: str = "default")
     """Is a pending item these filters claim due within `seconds` (a retry's backoff, say)?"""
     from ..models import WorkItem  # models load only after django.setup()
 
+    # Blocked items are not due whatever their run_after (and the condition
+    # keeps this a scan of the claim index).
     due = (
         WorkItem.objects.using(using)
         .pending()
-        .filter(run_after__lte=Now() + timedelta(seconds=seconds))
+        .filter(dependencies_left=0, run_after__lte=Now() + timedelta(seconds=seconds))
     )
     if filters.work_types is not None:
         due = due.filter(work_type__in=filters.work_types)

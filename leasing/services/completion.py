@@ -20,6 +20,7 @@ from ..sql import work_items as sql
 from ..sql.dialect import Dialect
 from ..sql.runner import is_infrastructure_error, run, run_each, run_one
 from ..sql.work_items import ClaimFilters, LeaseTerms
+from .dependencies import finish_with_dependents
 from .endings import fail_attempt
 from .held import Lease
 from .leases import LeaseManager
@@ -43,12 +44,21 @@ class Completion:
 def _split(
     manager: LeaseManager, done: Sequence[Finished], written: set[tuple[str, int]]
 ) -> Completion:
-    completion = Completion(
-        completed=tuple(lease for lease, _ in done if lease.key in written),
-        lost=tuple(lease for lease, _ in done if lease.key not in written),
-    )
-    _released(manager, completion.completed)
-    return completion
+    """What a batch statement wrote, plus the rest completed one by one.
+
+    The batch statement leaves alone the leases it lost and the items
+    something depends on (their dependents are settled in the same
+    transaction, `leasing.services.dependencies`): each of those is tried
+    once more on its own.
+    """
+    manager.held.discard(lease.key for lease, _ in done if lease.key in written)
+    completed = tuple(lease for lease, _ in done if lease.key in written)
+    _released(manager, completed)
+    rest = [(lease, output) for lease, output in done if lease.key not in written]
+    if not rest:
+        return Completion(completed=completed)
+    later = complete_one_by_one(manager, rest)
+    return Completion(completed + later.completed, later.lost, later.unstorable, later.unwritten)
 
 
 def _released(manager: LeaseManager, completed: Sequence[Lease]) -> None:
@@ -67,7 +77,6 @@ def complete(manager: LeaseManager, done: Sequence[Finished]) -> Completion:
         if is_infrastructure_error(exc):
             raise
         return complete_one_by_one(manager, done)
-    manager.held.discard(lease.key for lease, _ in done)
     return _split(manager, done, written)
 
 
@@ -91,9 +100,12 @@ def complete_one_by_one(manager: LeaseManager, done: Sequence[Finished]) -> Comp
     lost: list[Lease] = []
     unstorable: list[tuple[Lease, str]] = []
     for index, (lease, output) in enumerate(done):
-        statement = sql.complete_one(d, manager.worker_id, lease.work_item_id, lease.token, output)
+        key = (lease.work_item_id, lease.token)
         try:
-            row = run_one(manager.using, statement)
+            row = run_one(manager.using, sql.complete_one(d, manager.worker_id, *key, output))
+            if row is None:  # lost, or something depends on the item
+                statement = sql.complete_one(d, manager.worker_id, *key, output, plain=False)
+                row = finish_with_dependents(manager.using, statement)
         except DatabaseError as exc:
             if is_infrastructure_error(exc):
                 return Completion(
@@ -131,6 +143,10 @@ def complete_and_claim(
         completion = complete_one_by_one(manager, done)
         return completion, manager.claim(n, terms, filters)
     written = {(row["work_item_id"], row["lease_token"]) for row in rows if row["kind"] == "done"}
-    manager.held.discard(lease.key for lease, _ in done)
     claimed = manager.leases_from_rows(row for row in rows if row["kind"] == "claimed")
-    return _split(manager, done, written), claimed
+    completion = _split(manager, done, written)
+    if len(completion.completed) > len(written) and len(claimed) < n:
+        # Items with dependents were completed after the statement's claim:
+        # what they released is claimable now.
+        claimed += manager.claim(n - len(claimed), terms, filters)
+    return completion, claimed

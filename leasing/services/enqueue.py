@@ -11,7 +11,7 @@ transaction, so idle workers wake as soon as it commits.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -31,6 +31,8 @@ from ..sql import new_items as sql
 from ..sql.dialect import Dialect
 from ..sql.new_items import NewItem
 from ..sql.runner import run, run_one, to_datetime, translate_db_errors
+from .enqueue_rules import check_positions, item_rules
+from .enqueue_with_rules import insert_with_rules
 
 
 def _validate(
@@ -42,6 +44,10 @@ def _validate(
     max_retries: Any = None,
     run_after: Any = None,
     queue_name: Any = "default",
+    unique_key: Any = None,
+    unique_while: Any = None,
+    depends_on: Any = None,
+    on_dependency_failure: Any = None,
     *,
     retry_defaults: dict[str, int],
 ) -> NewItem:
@@ -69,6 +75,14 @@ def _validate(
         )
     if run_after is not None:
         run_after = validation.aware_datetime("run_after", run_after)
+    rules = {}
+    if (
+        unique_key is not None
+        or unique_while is not None
+        or depends_on is not None
+        or on_dependency_failure is not None
+    ):
+        rules = item_rules(unique_key, unique_while, depends_on, on_dependency_failure)
     return NewItem(
         work_item_id,
         task_id,
@@ -79,6 +93,7 @@ def _validate(
         max_retries,
         run_after,
         queue_name,
+        **rules,
     )
 
 
@@ -115,39 +130,77 @@ def enqueue(
     run_after: datetime | None = None,
     queue_name: str = "default",
     *,
+    unique_key: str | None = None,
+    unique_while: str | timedelta | None = None,
+    depends_on: Iterable[str | WorkItem] | None = None,
+    on_dependency_failure: str | None = None,
     using: str = "default",
 ) -> WorkItem:
     """Add one pending work item and return it.
 
     `max_retries` defaults to `LEASING["MAX_RETRIES"]` (3). `run_after` must be
     timezone-aware; the item is not claimable before it.
+
+    `unique_key`: if an item holds this key already, return that item instead
+    of inserting one, with `duplicate = True` (a new item has `duplicate =
+    False`). `unique_while` says how long an item holds its key: `"pending"`,
+    `"unfinished"` (pending or in progress; the default) or a `timedelta`
+    after enqueue. `depends_on`: ids of items (or the items) that must
+    complete before this one can be claimed; `on_dependency_failure`:
+    `"fail"` (the default) fails it when one of them fails for good,
+    `"wait"` leaves it blocked.
     """
-    items = enqueue_many(
-        [
-            {
-                "task_id": task_id,
-                "work_type": work_type,
-                "input_data": input_data,
-                "priority": priority,
-                "max_retries": max_retries,
-                "run_after": run_after,
-                "queue_name": queue_name,
-            }
-        ],
-        using=using,
-    )
+    spec: dict[str, Any] = {
+        "task_id": task_id,
+        "work_type": work_type,
+        "input_data": input_data,
+        "priority": priority,
+        "max_retries": max_retries,
+        "run_after": run_after,
+        "queue_name": queue_name,
+    }
+    if isinstance(depends_on, list | tuple) and any(type(dep) is int for dep in depends_on):
+        raise InvalidInput(
+            "depends_on: positions in the batch are for enqueue_many(); "
+            "enqueue() takes work item ids."
+        )
+    for name, value in (
+        ("unique_key", unique_key),
+        ("unique_while", unique_while),
+        ("depends_on", depends_on),
+        ("on_dependency_failure", on_dependency_failure),
+    ):
+        if value is not None:
+            spec[name] = value
+    items = enqueue_many([spec], using=using)
     return items[0]
 
 
 _ALLOWED_KEYS = frozenset(
-    {"task_id", "work_type", "input_data", "priority", "max_retries", "run_after", "queue_name"}
+    {
+        "task_id",
+        "work_type",
+        "input_data",
+        "priority",
+        "max_retries",
+        "run_after",
+        "queue_name",
+        "unique_key",
+        "unique_while",
+        "depends_on",
+        "on_dependency_failure",
+    }
 )
 
 
 def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") -> list[WorkItem]:
     """Add many pending work items in one INSERT and return them in order.
 
-    Each item is a mapping with the keyword arguments of `enqueue()`.
+    Each item is a mapping with the keyword arguments of `enqueue()`. In a
+    batch, `depends_on` may also name another item of the same batch by its
+    position (an int). A batch with unique keys or dependencies is inserted
+    by `leasing.services.enqueue_with_rules`; each returned item says whether it
+    is a `duplicate`.
     """
     if isinstance(items, Mapping | str | bytes) or not isinstance(items, Iterable):
         raise InvalidInput("items must be an iterable of mappings of enqueue() arguments.")
@@ -172,6 +225,10 @@ def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") 
             raise type(exc)(f"item {index}: {exc}") from exc
     if not new_items:
         return []
+    if not all(item.plain for item in new_items):
+        check_positions(new_items)
+        with translate_db_errors(), transaction.atomic(using=using):
+            return insert_with_rules(using, new_items)
 
     with translate_db_errors(), transaction.atomic(using=using):
         created_at = _insert(using, new_items)

@@ -26,8 +26,9 @@ from ..sql import work_items as sql
 from ..sql.dialect import Dialect
 from ..sql.new_items import notify
 from ..sql.renewals import Renewal
-from ..sql.runner import run, run_each, run_one, to_datetime
+from ..sql.runner import Statement, run, run_each, run_one, to_datetime
 from ..sql.work_items import ClaimFilters, LeaseTerms
+from .dependencies import finish_with_dependents
 from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, lease_from_row, outcome_from_row
 from .held import refusal as lease_refusal
 from .terms import claim_filters, claim_terms, error_text, retry_backoff_seconds
@@ -275,22 +276,35 @@ class LeaseManager:
 
     def complete_one(self, key: LeaseKey, output_json: str | None) -> ReleaseOutcome:
         """Complete one held lease with its output (already encoded)."""
-        statement = sql.complete_one(Dialect(self.using), self.worker_id, *key, output_json)
-        return self.outcome(key, run_one(self.using, statement))
+        d = Dialect(self.using)
+        row = run_one(self.using, sql.complete_one(d, self.worker_id, *key, output_json))
+        if row is None:  # lost, or something depends on the item
+            statement = sql.complete_one(d, self.worker_id, *key, output_json, plain=False)
+            row = finish_with_dependents(self.using, statement)
+        return self.outcome(key, row)
 
     def end_attempt(
         self, key: LeaseKey, *, retry: bool, error: str | None, retry_count: int | None
     ) -> ReleaseOutcome:
         """End a failed attempt: retried after a backoff while retries are left, else failed."""
-        statement = sql.end_attempt(
-            Dialect(self.using),
-            self.worker_id,
-            *key,
-            retry=retry,
-            backoff_seconds=retry_backoff_seconds(retry_count or 0),
-            error=error,
-        )
-        return self.outcome(key, run_one(self.using, statement))
+        d = Dialect(self.using)
+        backoff = retry_backoff_seconds(retry_count or 0)
+
+        def statement(plain: bool) -> Statement:
+            return sql.end_attempt(
+                d,
+                self.worker_id,
+                *key,
+                retry=retry,
+                backoff_seconds=backoff,
+                error=error,
+                plain=plain,
+            )
+
+        row = run_one(self.using, statement(True))
+        if row is None:  # lost, or something depends on the item
+            row = finish_with_dependents(self.using, statement(False))
+        return self.outcome(key, row)
 
     def requeue_lease(self, work_item_id: str, *, token: int | None = None) -> ReleaseOutcome:
         """Give a held item back to `pending` without counting a retry (a worker stopping)."""

@@ -22,8 +22,9 @@ from ..exceptions import InvalidInput, WorkItemNotFound
 from ..sql import operator as sql
 from ..sql.dialect import Dialect
 from ..sql.runner import run_one, to_datetime, translate_db_errors
-from ..states import CheckpointType, WorkItemStatus
+from ..states import CheckpointType, DependencyFailure, WorkItemStatus
 from .checkpoints import create_checkpoint
+from .dependencies import failed_dependencies, settle
 
 
 class Action:
@@ -97,10 +98,18 @@ def apply_action(
     d = Dialect(using)
     allowed = Action.accepts[action]
     with translate_db_errors(), transaction.atomic(using=using):
+        # A retry checks the item's dependencies, locked before the item itself.
+        failed_deps = failed_dependencies(using, work_item_id) if action == Action.RETRY else []
         before = run_one(using, sql.lock_item(d, work_item_id))
         if before is None:
             raise WorkItemNotFound(work_item_id)
         skipped = _skip_reason(before, allowed, expected_token, expected_heartbeat_at)
+        fails_with_them = before["on_dependency_failure"] == DependencyFailure.FAIL
+        if not skipped and failed_deps and fails_with_them:
+            skipped = (
+                f"its dependency {failed_deps[0]} failed and it fails with its dependencies: "
+                "retry that one first"
+            )
         if skipped:
             return OperatorResult(
                 work_item_id,
@@ -112,10 +121,14 @@ def apply_action(
             )
         message = f"{Action.labels[action]} by {actor}: {reason}"
         statement = sql.transition(d, action, work_item_id, allowed, before["lease_token"], message)
-        if run_one(using, statement) is None:  # pragma: no cover - the row is locked
+        row = run_one(using, statement)
+        if row is None:  # pragma: no cover - the row is locked
             return OperatorResult(
                 work_item_id, action, False, before["status"], None, "skipped: changed concurrently"
             )
+        dependents_failed: list[str] = []
+        if row["has_dependents"] and row["status"] == WorkItemStatus.FAILED:
+            dependents_failed = settle(using, failed=[work_item_id])
         create_checkpoint(
             before["task_id"],
             CheckpointType.STATE_TRANSITION,
@@ -129,6 +142,7 @@ def apply_action(
                 "lease_token": before["lease_token"],
                 "lease_expires_at": _iso(before["lease_expires_at"]),
                 "retry_count": before["retry_count"],
+                **({"dependents_failed": len(dependents_failed)} if dependents_failed else {}),
             },
             work_item=work_item_id,
             metadata={"source": "operator"},
@@ -144,6 +158,8 @@ def apply_action(
                 "reason": reason,
             }
             signals.send_after_commit(signals.lease_force_released, Action, [event], using=using)
+    if dependents_failed:
+        message += f" ({len(dependents_failed)} dependent item(s) failed with it)"
     return OperatorResult(
         work_item_id,
         action,

@@ -3,6 +3,8 @@
 One transaction per batch: on PostgreSQL two statements (lock the batch and
 its tasks' checkpoint locks; recover, checkpoint and notify), on SQLite a
 read and an update inside one IMMEDIATE transaction plus the checkpoints.
+An item failed for good that others depend on fails its dependents (those
+that chose to) in the same transaction.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..sql.runner import dump_json, load_json, run, run_one, to_datetime, transl
 from ..sql.snapshots import error_boundary
 from ..states import WorkItemStatus
 from .checkpoints import lock_task_sequences
+from .dependencies import settle
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,7 @@ def _recover_postgres(
     )
     counts = run_one(d.using, statement) or {}
     _expired(d.using, load_json(counts.get("items")) or [])
+    settle(d.using, failed=counts.get("failed_with_dependents") or [])
     return BatchOutcome(
         found=found,
         requeued=counts.get("requeued", 0),
@@ -82,6 +86,14 @@ def _recover_sqlite(
     recovered = [
         (c, updated[c["work_item_id"]]) for c in candidates if c["work_item_id"] in updated
     ]
+    settle(
+        d.using,
+        failed=[
+            r["work_item_id"]
+            for _, r in recovered
+            if r["has_dependents"] and r["status"] == WorkItemStatus.FAILED
+        ],
+    )
     created = 0
     if recovered and create_checkpoints:
         recovered.sort(key=lambda pair: (pair[0]["task_id"], pair[0]["work_item_id"]))

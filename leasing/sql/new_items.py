@@ -40,6 +40,18 @@ class NewItem:
     max_retries: int
     run_after: datetime | None
     queue_name: str
+    # Unique enqueue (`sql.unique`): the key, its scope and, for a period, its length.
+    unique_key: str | None = None
+    unique_scope: str | None = None
+    unique_seconds: float | None = None
+    # Dependencies: work item ids (str) and positions in the same batch (int).
+    depends_on: tuple[str | int, ...] = ()
+    on_dependency_failure: str | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Neither a unique key nor dependencies: the bulk INSERT (or COPY) path."""
+        return self.unique_key is None and not self.depends_on
 
 
 _COLUMNS = (
@@ -130,6 +142,108 @@ def insert_sqlite(d: Dialect, items: list[NewItem]) -> Statement:
     sql = (
         f"INSERT INTO work_items ({_COLUMNS}, created_at, updated_at) VALUES {values} "
         "RETURNING work_item_id, created_at"
+    )
+    return sql, params
+
+
+# --- items with a unique key or dependencies ------------------------------------------------
+
+_RICH_COLUMNS = (
+    f"{_COLUMNS}, unique_key, unique_scope, unique_until, dependencies_left, has_dependents, "
+    "on_dependency_failure"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RichRow:
+    """A row with a unique key or dependencies, and its provisional dependency columns."""
+
+    item: NewItem
+    dependencies_left: int
+    has_dependents: bool
+
+
+def insert_rich_postgres(rows: list[RichRow], on_conflict: str, returning: str) -> Statement:
+    """PostgreSQL: insert the rows, skipping those whose unique key is held (`on_conflict`).
+
+    Returns the `returning` columns of each row inserted.
+    """
+    sql = f"""
+        INSERT INTO work_items ({_RICH_COLUMNS})
+        SELECT v.id, v.task_id, v.work_type, {PENDING}, v.priority, 0, 0,
+               v.max_retries, v.run_after, v.queue_name, v.input::jsonb,
+               v.unique_key, v.unique_scope,
+               CASE WHEN v.period IS NULL THEN NULL
+                    ELSE statement_timestamp() + make_interval(secs => v.period) END,
+               v.dependencies_left, v.has_dependents, v.on_failure
+        FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
+                    %s::timestamptz[], %s::text[], %s::text[], %s::text[], %s::text[],
+                    %s::float8[], %s::int[], %s::boolean[], %s::text[])
+             AS v(id, task_id, work_type, priority, max_retries, run_after, queue_name, input,
+                  unique_key, unique_scope, period, dependencies_left, has_dependents,
+                  on_failure)
+        {on_conflict}
+        RETURNING {returning}
+    """
+    items = [r.item for r in rows]
+    params: list[Any] = [
+        [i.work_item_id for i in items],
+        [i.task_id for i in items],
+        [i.work_type for i in items],
+        [i.priority for i in items],
+        [i.max_retries for i in items],
+        [i.run_after for i in items],
+        [i.queue_name for i in items],
+        [i.input_json for i in items],
+        [i.unique_key for i in items],
+        [i.unique_scope for i in items],
+        [i.unique_seconds for i in items],
+        [r.dependencies_left for r in rows],
+        [r.has_dependents for r in rows],
+        [i.on_dependency_failure for i in items],
+    ]
+    return sql, params
+
+
+# SQLite binds at most 32766 parameters; a rich row binds fifteen.
+SQLITE_RICH_ROWS_PER_INSERT = 2000
+
+
+def insert_rich_sqlite(
+    d: Dialect, rows: list[RichRow], on_conflict: str, returning: str
+) -> Statement:
+    """SQLite: `insert_rich_postgres()` as one multi-row INSERT (at most
+    `SQLITE_RICH_ROWS_PER_INSERT` rows)."""
+    values = ", ".join(
+        f"(%s, %s, %s, {PENDING}, %s, 0, 0, %s, %s, %s, %s, "
+        f"%s, %s, CASE WHEN %s IS NULL THEN NULL ELSE {d.clock()} END, %s, %s, %s, "
+        f"{d.now}, {d.now})"
+        for _ in rows
+    )
+    params: list[Any] = []
+    for r in rows:
+        i = r.item
+        period = None if i.unique_seconds is None else d.offset(i.unique_seconds)
+        params += [
+            i.work_item_id,
+            i.task_id,
+            i.work_type,
+            i.priority,
+            i.max_retries,
+            d.datetime_param(i.run_after),
+            i.queue_name,
+            i.input_json,
+            i.unique_key,
+            i.unique_scope,
+            period,
+            period,
+            r.dependencies_left,
+            r.has_dependents,
+            i.on_dependency_failure,
+        ]
+    sql = (
+        f"INSERT INTO work_items ({_RICH_COLUMNS}, created_at, updated_at) VALUES {values} "
+        f"{on_conflict} RETURNING {returning}"
     )
     return sql, params
 

@@ -30,7 +30,7 @@ def lock_item(d: Dialect, item_id: str) -> Statement:
     """The item's state, row-locked until commit on PostgreSQL."""
     sql = f"""
         SELECT task_id, work_type, status, lease_holder, lease_token, lease_expires_at,
-               heartbeat_at, retry_count, max_retries
+               heartbeat_at, retry_count, max_retries, on_dependency_failure
         FROM work_items WHERE work_item_id = %s
         {"FOR NO KEY UPDATE" if d.is_postgres else ""}
     """
@@ -46,6 +46,6 @@ def transition(
     sql = f"""
         UPDATE work_items SET {set_sql}, error_message = %s, updated_at = {d.now}
         WHERE work_item_id = %s AND {status_sql} AND lease_token = %s
-        RETURNING status
+        RETURNING status, has_dependents
     """
     return sql, [message, item_id, *status_params, token]

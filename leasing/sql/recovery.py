@@ -109,9 +109,10 @@ def recover_locked_postgres(
 ) -> Statement:
     """PostgreSQL, step 2: recover the locked rows, write their checkpoints, wake workers.
 
-    Returns one row of counts (requeued, failed, checkpoints): nothing
-    travels per item, unless `report_items` asks for the recovered items (for
-    the `lease_expired` signal) as one JSON array. Each task's last sequence
+    Returns one row of counts (requeued, failed, checkpoints) and the ids of
+    the failed items something depends on: nothing else travels per item,
+    unless `report_items` asks for the recovered items (for the
+    `lease_expired` signal) as one JSON array. Each task's last sequence
     number is read in `c`, which is complete before the first checkpoint is
     inserted.
     """
@@ -171,10 +172,13 @@ def recover_locked_postgres(
             FROM c
             WHERE w.ctid = c.ctid AND w.lease_token = c.lease_token
             RETURNING w.work_item_id, w.status, w.retry_count, w.error_message,
-                      w.queue_name, w.updated_at
+                      w.queue_name, w.updated_at, w.has_dependents
         ){checkpoints_sql}
         SELECT count(*) FILTER (WHERE status = {PENDING}) AS requeued,
                count(*) FILTER (WHERE status <> {PENDING}) AS failed,
+               -- Failed items that others depend on: the service settles them next.
+               array_agg(work_item_id) FILTER (WHERE status <> {PENDING} AND has_dependents)
+                   AS failed_with_dependents,
                {"(SELECT count(*) FROM written)" if checkpoint_ids is not None else "0"}
                    AS checkpoints,
                {ITEMS if report_items else "NULL"} AS items,
@@ -231,6 +235,6 @@ def recover_candidates_sqlite(d: Dialect, candidates: list[dict[str, Any]]) -> S
         FROM c
         WHERE w.work_item_id = c.work_item_id AND w.lease_token = c.lease_token
           AND w.status = {IN_PROGRESS} AND w.lease_expires_at < {d.now}
-        RETURNING work_item_id, status, retry_count, error_message, updated_at
+        RETURNING work_item_id, status, retry_count, error_message, updated_at, has_dependents
     """
     return sql, [*params, *set_params]

@@ -45,8 +45,9 @@ def run(using: str, statement: Statement) -> list[dict[str, Any]]:
         cursor.execute(sql, params)
         # A statement with planner settings around it returns several result
         # sets (Dialect.in_claim_order): the rows are the one with columns.
-        while cursor.description is None and cursor.nextset():
-            pass
+        if cursor.description is None and connections[using].vendor == "postgresql":
+            while cursor.description is None and cursor.nextset():
+                pass
         description = cursor.description
         if description is None:
             return []

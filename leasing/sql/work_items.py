@@ -141,7 +141,8 @@ def _candidates(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
             params += clause_params
     sql = f"""
         SELECT work_item_id FROM work_items
-        WHERE status = {PENDING} AND {AVAILABLE_AT} <= {d.now} {" ".join(clauses)}
+        WHERE status = {PENDING} AND dependencies_left = 0 AND {AVAILABLE_AT} <= {d.now}
+              {" ".join(clauses)}
         ORDER BY {CLAIM_ORDER}
         LIMIT %s
     """
@@ -200,12 +201,15 @@ def _completed_set(d: Dialect, output: str) -> str:
 def complete_batch_postgres(d: Dialect) -> str:
     """PostgreSQL: complete held leases given as (ids, tokens, outputs) arrays and the holder.
 
-    Fenced per row; returns the (id, token) of each item it completed.
+    Fenced per row; returns the (id, token) of each item it completed. An
+    item something depends on is left alone (`NOT has_dependents`): its
+    completion must reach its dependents in the same transaction, which
+    `leasing.services.dependencies` does.
     """
     return f"""
         UPDATE work_items AS w SET {_completed_set(d, "v.output::jsonb")}
         FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
-        WHERE w.work_item_id = v.id AND {fence("w", token="v.token")}
+        WHERE w.work_item_id = v.id AND {fence("w", token="v.token")} AND NOT w.has_dependents
         RETURNING w.work_item_id, w.lease_token
     """
 
@@ -217,12 +221,14 @@ def complete_batch(d: Dialect, holder: str, done: list[tuple[str, int, str | Non
 
 
 def complete_one(
-    d: Dialect, holder: str, item_id: str, token: int, output: str | None
+    d: Dialect, holder: str, item_id: str, token: int, output: str | None, *, plain: bool = True
 ) -> Statement:
+    """Complete one held lease; `plain`: only if nothing depends on the item."""
+    plain_sql = "AND NOT has_dependents" if plain else ""
     sql = f"""
         UPDATE work_items SET {_completed_set(d, d.json())}
-        WHERE work_item_id = %s AND {fence()}
-        RETURNING work_item_id, lease_token, status, retry_count, run_after
+        WHERE work_item_id = %s AND {fence()} {plain_sql}
+        RETURNING work_item_id, lease_token, status, retry_count, run_after, has_dependents
     """
     return sql, [output, item_id, holder, token]
 
@@ -286,14 +292,19 @@ def end_attempt(
     retry: bool,
     backoff_seconds: float,
     error: str | None,
+    plain: bool = True,
 ) -> Statement:
-    """End a failed attempt: retried after a backoff while retries are left, else failed."""
+    """End a failed attempt: retried after a backoff while retries are left, else failed.
+
+    `plain`: only if nothing depends on the item (see `complete_one`).
+    """
     retrying = "retry_count < max_retries" if retry else "1 = 0"
     set_sql = attempt_ended_set(d, retrying=retrying, run_after=d.clock(), error="%s")
+    plain_sql = "AND NOT has_dependents" if plain else ""
     sql = f"""
         UPDATE work_items SET {set_sql}
-        WHERE work_item_id = %s AND {fence()}
-        RETURNING work_item_id, lease_token, status, retry_count, run_after
+        WHERE work_item_id = %s AND {fence()} {plain_sql}
+        RETURNING work_item_id, lease_token, status, retry_count, run_after, has_dependents
     """
     return sql, [d.offset(backoff_seconds), error, item_id, holder, token]
 

@@ -1,0 +1,100 @@
+"""Statements of unique enqueue: insert unless the key is held, and find its holder.
+
+An item holds its `(unique_key, unique_scope)` while its scope says so:
+
+* `pending`: while it is pending;
+* `unfinished`: while it is pending or in progress;
+* `period`: until `unique_until` (its enqueue time plus the period), whatever
+  its status.
+
+The two status scopes are enforced by the partial unique index
+`work_items_unique_key_uniq`, whose predicate is `HOLDING` below: the INSERT
+says `ON CONFLICT (unique_key, unique_scope) WHERE <HOLDING> DO NOTHING`, so
+a duplicate is skipped inside the statement, whatever runs concurrently.
+SQLite matches a partial index to the conflict target by comparing the two
+WHERE clauses term by term, so `HOLDING` is written exactly as Django renders
+the model's condition (same terms, same order).
+
+A period cannot be a partial index: "until a time" depends on the clock, and
+an index predicate cannot. On PostgreSQL the enqueue takes a
+transaction-scoped advisory lock on each period key (`lock_period_keys`), in
+a statement of its own and in sorted order, then looks for a holder and
+inserts only if there is none: two enqueues of one key serialize on the lock,
+and the second one's lookup (a new statement, so a new snapshot) sees the
+first one's row once it committed. On SQLite the IMMEDIATE transaction holds
+the database's only write lock for the same span.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..states import UniqueScope
+from .dialect import Dialect
+from .runner import Statement
+from .work_items import IN_PROGRESS, PENDING
+
+_P, _U = f"'{UniqueScope.PENDING.value}'", f"'{UniqueScope.UNFINISHED.value}'"
+PERIOD = f"'{UniqueScope.PERIOD.value}'"
+
+
+def holding(row: str = "") -> str:
+    """The predicate of work_items_unique_key_uniq (see the module docstring)."""
+    p = f"{row}." if row else ""
+    return (
+        f"(({p}unique_scope = {_P} AND {p}status = {PENDING}) "
+        f"OR ({p}unique_scope = {_U} AND {p}status IN ({PENDING}, {IN_PROGRESS})))"
+    )
+
+
+ON_CONFLICT = f"ON CONFLICT (unique_key, unique_scope) WHERE {holding()} DO NOTHING"
+
+
+def lock_period_keys(keys: list[str]) -> Statement:
+    """PostgreSQL: take the advisory lock of each period key, in code-point order.
+
+    Released at commit or rollback. Sorted so that two batches that share
+    keys never wait for each other in a cycle.
+    """
+    sql = """
+        SELECT count(pg_advisory_xact_lock(hashtextextended('leasing.unique:' || k, 0)))
+            AS locked
+        FROM (SELECT k FROM unnest(%s::text[]) AS u(k) ORDER BY k COLLATE "C") AS o
+    """
+    return sql, [sorted(set(keys))]
+
+
+def holders(d: Dialect, keys: list[str], scope: str, columns: str) -> Statement:
+    """The `columns` of the item holding each of these keys of one scope now (a key
+    not held: no row).
+
+    A status scope has at most one holder per key (the unique index); a
+    period can have several after the period was changed: the newest wins.
+    """
+    if scope == UniqueScope.PERIOD:
+        held = f"w.unique_scope = {PERIOD} AND w.unique_until > {d.now}"
+        params: list[Any] = []
+    else:
+        held = f"w.unique_scope = %s AND {holding('w')}"
+        params = [scope]
+    if d.is_postgres:
+        keys_sql, key_params = "unnest(%s::text[]) AS h(key)", [list(keys)]
+    else:
+        keys_sql, key_params = "(SELECT value AS key FROM json_each(%s)) AS h", [json_list(keys)]
+    sql = f"""
+        SELECT {columns} FROM work_items
+        WHERE work_item_id IN (
+            SELECT (SELECT w.work_item_id FROM work_items AS w
+                    WHERE w.unique_key = h.key AND {held}
+                    ORDER BY w.created_at DESC, w.work_item_id DESC
+                    LIMIT 1)
+            FROM {keys_sql}
+        )
+    """
+    return sql, [*params, *key_params]
+
+
+def json_list(values: list[Any]) -> str:
+    """A list as one JSON parameter (SQLite reads it with json_each)."""
+    return json.dumps(values, separators=(",", ":"))
