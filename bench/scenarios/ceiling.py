@@ -7,13 +7,17 @@ ratios compare runworker's throughput run of the same bench with each.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
+from bench.ceiling import CLAIM
 from bench.common import progress
 from bench.config import TARGETS
 from bench.context import Bench
 from bench.drain import drain_ceiling
+from bench.measure import walk_plan
 from bench.report import Row
 
 
@@ -37,11 +41,41 @@ def run(bench: Bench) -> dict[str, Any]:
             runs.append(result)
     return {
         "items": bench.sizes.items,
+        "claim_plan_indexes": claim_plan_indexes(bench),
         "measures": "jobs/s (rows) = M / (last completed_at - first started_at), database "
         "clock; ratio = runworker's jobs/s at the same N in this bench's throughput scenario",
         "runs": runs,
         **_targets(runs),
     }
+
+
+class _Rollback(Exception):
+    pass
+
+
+def claim_plan_indexes(bench: Bench) -> list[str | None]:
+    """The indexes the loop's claim (K=100) scans, under its planner settings.
+
+    The loop is only a fair bar while it walks the engine's claim index: a
+    claim that misses the index's predicate (say, a new column in it) sorts
+    every pending row and makes the loop, and every ratio to it, meaningless.
+    """
+    statements = [s.strip() for s in CLAIM.format(batch=100).split(";") if s.strip()]
+    query = statements[-1]
+    params = {"holder": "explain", "lease": 300.0, "work_type": "bench.noop"}
+    scans: list[dict[str, Any]] = []
+    with contextlib.suppress(_Rollback):
+        from django.db import transaction
+
+        with transaction.atomic():
+            for setting in statements[:-1]:
+                bench.sql(setting)
+            plan = bench.sql("EXPLAIN (FORMAT JSON) " + query, params)
+            doc = plan[0][0]
+            doc = json.loads(doc) if isinstance(doc, str) else doc
+            walk_plan(doc[0]["Plan"], scans)
+            raise _Rollback
+    return [scan["index"] for scan in scans]
 
 
 def _targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
