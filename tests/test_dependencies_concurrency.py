@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 from django.db import connection
@@ -43,16 +42,16 @@ def counters_disagree() -> list[tuple]:
 def start(spawn, subprocess_env, log, parents_type: str, *, waiting: bool = False) -> list:
     enqueue_many(
         [
-            {"task_id": f"parent-{i}", "work_type": parents_type, "input_data": {"seconds": 0.01}}
+            {"task_id": f"parent-{i}", "work_type": parents_type, "input_data": {"seconds": 0.05}}
             for i in range(600)
         ]
     )
-    start_at = time.time() + 2.5
+    # The enqueuers start once 30 parents have ended; the other 570 take the
+    # workers' 8 threads at least 3.5 s more, so dependents land both before
+    # and after their dependencies end.
     extra = ["wait"] if waiting else []
     enqueuers = [
-        spawn(
-            "-m", "tests.procs.enqueue_dependents", f"dep{n}", "400", str(n), str(start_at), *extra
-        )
+        spawn("-m", "tests.procs.enqueue_dependents", f"dep{n}", "400", str(n), "30", *extra)
         for n in range(2)
     ]
     # Output to a file, not a pipe nobody reads while they run (a full pipe blocks).
@@ -74,7 +73,6 @@ def start(spawn, subprocess_env, log, parents_type: str, *, waiting: bool = Fals
         )
         for _ in range(2)
     ]
-    # The workers start after the enqueuers' gate: both race from the first item.
     for proc in enqueuers:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err

@@ -1,10 +1,12 @@
 """A process that enqueues dependents of items other processes are finishing.
 
-    python -m tests.procs.enqueue_dependents NAME COUNT SEED START_AT [wait]
+    python -m tests.procs.enqueue_dependents NAME COUNT SEED GATE [wait]
 
 Picks 1-3 random items among those whose task id starts with `parent-` (and,
 every fifth time, one of its own earlier dependents, so chains form) and
-enqueues a dependent of them, until COUNT are enqueued. With `wait`, every
+enqueues a dependent of them, until COUNT are enqueued. It starts once GATE
+parents have ended (completed or failed): a gate on the workers' progress, not
+on the wall clock, so the race happens however slowly the processes start. With `wait`, every
 other dependent chooses on_dependency_failure="wait". Prints one JSON line.
 """
 
@@ -25,18 +27,23 @@ def main() -> None:
     from leasing import enqueue
     from leasing.models import WorkItem
 
-    name, count, seed, start_at = (
+    name, count, seed, gate = (
         sys.argv[1],
         int(sys.argv[2]),
         int(sys.argv[3]),
-        float(sys.argv[4]),
+        int(sys.argv[4]),
     )
     waiting = len(sys.argv) > 5 and sys.argv[5] == "wait"
     rng = random.Random(seed)
     parents = list(
         WorkItem.objects.filter(task_id__startswith="parent-").values_list("pk", flat=True)
     )
-    time.sleep(max(0.0, start_at - time.time()))
+    ended = WorkItem.objects.filter(
+        task_id__startswith="parent-", status__in=["completed", "failed"]
+    )
+    give_up = time.monotonic() + 180
+    while ended.count() < gate and time.monotonic() < give_up:
+        time.sleep(0.01)
     mine: list[str] = []
     for i in range(count):
         deps = rng.sample(parents, rng.randint(1, 3))
