@@ -21,6 +21,7 @@ BENCH_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .PHONY: venv venv-django60 lint test test-sqlite test-postgres test-django60 new-user test-ha \
+	test-bench-smoke ci \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean
 
 $(VENV)/.installed: pyproject.toml
@@ -75,6 +76,17 @@ test: lint
 	$(MAKE) --no-print-directory test-postgres
 	@if [ "$(TEST_DJANGO60)" = 1 ]; then $(MAKE) --no-print-directory test-django60; fi
 
+# Every benchmark scenario at small sizes against PostgreSQL (about 5 minutes;
+# the first run also builds the peers' virtualenv): checks that each runs and
+# reports sane figures, never a speed.
+test-bench-smoke: venv
+	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
+	LEASING_BENCH_SMOKE=1 DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 \
+		$(PY) -m pytest tests/test_bench_smoke.py $(PYTEST_ARGS)
+
+# What CI runs (.ci/run): the README's `make test`, then the slower suites.
+ci: test test-bench-smoke
+
 # Failover, a transaction pooler, network partitions and a read replica, on
 # throwaway clusters, pgbouncer and network namespaces this machine makes and
 # removes (needs root and Debian's PostgreSQL packages); about 8 minutes.
@@ -95,7 +107,7 @@ demo: venv
 
 # The benchmark suite (BENCHMARKS.md): its own database on the PostgreSQL server
 # of DATABASE_URL; under 15 minutes (the first run also builds the peers'
-# virtualenv, bench/.peers-venv). Not part of `make test` (a smoke run is).
+# virtualenv, bench/.peers-venv). Not part of `make test` (`make test-bench-smoke` runs every scenario small).
 bench: venv
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	DATABASE_URL=$(DATABASE_URL) $(PY) -m bench.run $(BENCH_ARGS)
