@@ -211,3 +211,12 @@ def test_a_good_definition_and_its_fingerprint():
         },
     )
     assert spec.fingerprint == same.fingerprint != other.fingerprint
+
+
+def test_without_cronsim_cron_says_which_extra_and_intervals_still_work(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cronsim", None)  # `import cronsim` raises ImportError
+    with pytest.raises(InvalidInput, match=r"pip install 'django-leasing\[schedule\]'"):
+        parse_schedule("nightly", {"work_type": "x", "cron": "0 3 * * *"})
+    assert parse_schedule("beat", {"work_type": "x", "every": 5}).timing.every == 5
