@@ -174,6 +174,13 @@ def test_deleting_admin_schedules_but_never_settings_ones(admin_client):
     assert list(Schedule.objects.values_list("name", flat=True)) == ["s"]
 
 
-def test_garbage_ids_are_not_found_not_a_500(admin_client):
+def test_garbage_in_urls_searches_and_filters_is_never_a_500(admin_client):
     assert admin_client.get(change_url(1).replace("/1/", "/abc/")).status_code in (302, 404)
     assert admin_client.get(LIST + "?enabled__exact=maybe").status_code in (200, 302)
+    refused = admin_client.get(LIST, {"q": "nightly\x00"})
+    assert refused.status_code == 302 and refused.url == LIST
+    response = admin_client.post(
+        LIST, {"action": "disable_selected", "_selected_action": ["1\x00"]}, follow=True
+    )
+    assert response.status_code == 200
+    assert "cannot store" in response.content.decode()

@@ -15,7 +15,8 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -37,6 +38,7 @@ from ..ticks import (
     parse_timing,
 )
 from . import display
+from .guards import first_unstorable, refusal_message
 
 DEFINITION = ("work_type", "cron", "every", "timezone", "payload", "queue_name", "missed")
 TIMING = ("cron", "every", "timezone")
@@ -140,6 +142,15 @@ class ScheduleAdmin(admin.ModelAdmin):
     ordering = ("name",)
     actions = ("enable_selected", "disable_selected")
     list_per_page = 100
+
+    # --- bad input in the list's search, filters or selection: a message, never a 500 ---
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        name = first_unstorable(request.GET, request.POST)
+        if name is None:
+            return super().changelist_view(request, extra_context)
+        self.message_user(request, refusal_message(f"parameter {name}"), messages.ERROR)
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:leasing_schedule_changelist"))
 
     # --- columns -------------------------------------------------------------------------
 

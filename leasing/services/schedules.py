@@ -188,12 +188,12 @@ def save_schedule(
     otherwise `next_run_at` stays, so editing a payload loses no tick.
     """
     d = Dialect(using)
-    next_run_at = spec.timing.next_after(database_now(using)) if retime or pk is None else None
+    first_tick = spec.timing.next_after(database_now(using))
     with transaction.atomic(using=using):
         if pk is None:
-            row = run_one(using, sql.insert(d, spec, enabled, next_run_at))  # type: ignore[arg-type]
+            row = run_one(using, sql.insert(d, spec, enabled, first_tick))
         else:
-            row = run_one(using, sql.update(d, pk, spec, enabled, next_run_at))
+            row = run_one(using, sql.update(d, pk, spec, enabled, first_tick if retime else None))
     if row is None:
         raise InvalidInput("this schedule comes from LEASING['SCHEDULES'] or no longer exists.")
     return int(row["id"])
