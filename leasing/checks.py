@@ -1,13 +1,14 @@
 """System checks for the leasing app (ids `leasing.E0xx` and `leasing.W0xx`).
 
-    E001  settings.LEASING is not valid
-    E002  the heartbeat interval is not below the lease
-    E003  the extender interval is not below its extension
-    E004  a SQLite database holding the leasing tables lacks the options the engine needs
-    E005  (leasing.tasks) a TASKS backend is LeasingBackend but 'leasing' is not installed
-    W001  a database holding the leasing tables is not PostgreSQL
-    W002  the heartbeat can give up only after the lease expired
-    W003  the sweep interval is longer than the lease
+E001  settings.LEASING is not valid
+E002  the heartbeat interval is not below the lease
+E003  the extender interval is not below its extension
+E004  a SQLite database holding the leasing tables lacks the options the engine needs
+E005  (leasing.tasks) a TASKS backend is LeasingBackend but 'leasing' is not installed
+E006  an entry of LEASING["SCHEDULES"] is not valid (cron, time zone, keys, ...)
+W001  a database holding the leasing tables is not PostgreSQL
+W002  the heartbeat can give up only after the lease expired
+W003  the sweep interval is longer than the lease
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from django.core import checks
 from django.db import connections, router
 
 from .conf import build_settings
-from .exceptions import LeasingConfigurationError
+from .exceptions import InvalidInput, LeasingConfigurationError
+from .ticks import parse_schedule
 
 POSTGRES_ONLY_FEATURES = (
     "claims serialize on SQLite's single write lock instead of SKIP LOCKED, and idle "
@@ -42,8 +44,12 @@ SQLITE_OPTIONS_SNIPPET = (
 
 @checks.register("leasing")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    overrides = getattr(settings, "LEASING", None)
+    if isinstance(overrides, dict):
+        # Bad schedules are leasing.E006 (check_schedules), one error each.
+        overrides = {k: v for k, v in overrides.items() if str(k).upper() != "SCHEDULES"}
     try:
-        conf = build_settings(getattr(settings, "LEASING", None))
+        conf = build_settings(overrides)
     except LeasingConfigurationError as exc:
         return [
             checks.Error(
@@ -94,6 +100,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="leasing.E003",
             )
         )
+    return messages
+
+
+@checks.register("leasing")
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    overrides = getattr(settings, "LEASING", None)
+    if not isinstance(overrides, dict):
+        return []
+    value = next((v for k, v in overrides.items() if str(k).upper() == "SCHEDULES"), None)
+    if value is None:
+        return []
+    hint = 'See README.md "Schedules" for the keys and an example.'
+    if not isinstance(value, dict):
+        message = f"LEASING['SCHEDULES'] must be a dict of name to schedule, got {value!r}."
+        return [checks.Error(message, hint=hint, id="leasing.E006")]
+    messages: list[checks.CheckMessage] = []
+    for name, definition in value.items():
+        try:
+            parse_schedule(name, definition)
+        except InvalidInput as exc:
+            messages.append(
+                checks.Error(f"LEASING['SCHEDULES']: {exc}", hint=hint, id="leasing.E006")
+            )
     return messages
 
 

@@ -19,7 +19,8 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .exceptions import LeasingConfigurationError
+from .exceptions import InvalidInput, LeasingConfigurationError
+from .ticks import ScheduleSpec, parse_schedule
 
 MIB = 1024 * 1024
 
@@ -72,6 +73,9 @@ class LeasingSettings:
 
     # Metrics endpoint: a bearer token, or None for staff sessions only.
     metrics_token: str | None = None
+
+    # Periodic work (README "Schedules"): name -> validated ScheduleSpec.
+    schedules: dict[str, ScheduleSpec] = field(default_factory=dict)
 
 
 _POSITIVE_NUMBERS = {
@@ -134,7 +138,29 @@ def _check_value(name: str, value: Any) -> Any:
         if value is not None and (not isinstance(value, str) or not value):
             raise LeasingConfigurationError(f"{key} must be a non-empty string or None.")
         return value
+    if name == "schedules":
+        return parse_schedules(value)
     raise AssertionError(f"no validator for {name}")  # pragma: no cover
+
+
+class ScheduleConfigurationError(LeasingConfigurationError):
+    """A bad `LEASING["SCHEDULES"]` entry (system check leasing.E006)."""
+
+
+def parse_schedules(value: Any) -> dict[str, ScheduleSpec]:
+    """`LEASING["SCHEDULES"]`: a dict of name to definition, each one validated."""
+    if not isinstance(value, dict):
+        raise ScheduleConfigurationError(
+            f"LEASING['SCHEDULES'] must be a dict of name to schedule, got {type(value).__name__}."
+        )
+    specs = {}
+    for name, definition in value.items():
+        try:
+            spec = parse_schedule(name, definition)
+        except InvalidInput as exc:
+            raise ScheduleConfigurationError(f"LEASING['SCHEDULES']: {exc}") from None
+        specs[spec.name] = spec
+    return specs
 
 
 def build_settings(overrides: dict[str, Any] | None) -> LeasingSettings:

@@ -6,14 +6,22 @@
 * `filters`, `changelist`, `paginator`: list filters, exact search, a cheap
   date hierarchy and estimated counts for tables of millions of rows;
 * `views`: the dashboard and the per-task checkpoint timeline;
+* `schedules`: periodic work, editable (settings schedules: only enabled);
 * `forms`, `display`, `guards`: the pages' forms, how values are shown, and the
   refusal of input the database cannot store.
 
-Importing it changes nothing on the admin site besides registering the four
+Importing it changes nothing on the admin site besides registering the five
 ModelAdmins: the link to the dashboard on the admin index is opt-in (see the
 README: the `admin/leasing/site_index.html` template).
 """
 
 from .options import CheckpointAdmin, IdempotencyKeyAdmin, WorkerAdmin, WorkItemAdmin
+from .schedules import ScheduleAdmin
 
-__all__ = ["CheckpointAdmin", "IdempotencyKeyAdmin", "WorkItemAdmin", "WorkerAdmin"]
+__all__ = [
+    "CheckpointAdmin",
+    "IdempotencyKeyAdmin",
+    "ScheduleAdmin",
+    "WorkItemAdmin",
+    "WorkerAdmin",
+]

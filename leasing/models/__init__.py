@@ -1,5 +1,5 @@
 """The tables, declared as models: `work_items`, `checkpoints`, `idempotency_keys`,
-`workers` and `work_item_dependencies`.
+`workers`, `work_item_dependencies` and `schedules`.
 
 Table and column names are the product's documented schema, so monitoring SQL
 written against the tables runs unchanged. State changes do not live here:
@@ -12,6 +12,7 @@ from .checkpoints import Checkpoint, CheckpointQuerySet, CheckpointType
 from .dependencies import WorkItemDependency
 from .idempotency import IdempotencyKey, IdempotencyKeyQuerySet, IdempotencyStatus
 from .processes import Worker, WorkerQuerySet, WorkerRole, WorkerStatus
+from .schedules import MissedPolicy, Schedule
 from .work_items import LeaseHealth, WorkItem, WorkItemQuerySet, WorkItemStatus
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "IdempotencyKeyQuerySet",
     "IdempotencyStatus",
     "LeaseHealth",
+    "MissedPolicy",
+    "Schedule",
     "WorkItem",
     "WorkItemDependency",
     "WorkItemQuerySet",

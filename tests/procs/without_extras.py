@@ -1,6 +1,6 @@
 """A site that installed `django-leasing` without any extra, in one process.
 
-The optional packages (psycopg, django-q2, prometheus-client, dj-database-url)
+The optional packages (psycopg, django-q2, cronsim, prometheus-client, dj-database-url)
 are made unimportable before Django starts; then every module of the app is
 imported, the system checks run and the metrics renderer is asked for its
 text. Prints one JSON line: {"imported": [...], "errors": [...],
@@ -18,7 +18,7 @@ import pkgutil
 import sys
 from typing import Any
 
-OPTIONAL = ("psycopg", "psycopg2", "django_q", "prometheus_client", "dj_database_url")
+OPTIONAL = ("psycopg", "psycopg2", "django_q", "prometheus_client", "dj_database_url", "cronsim")
 
 
 class BlockOptional(importlib.abc.MetaPathFinder):

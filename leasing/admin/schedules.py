@@ -1,0 +1,234 @@
+"""The admin of periodic work: the `schedules` table.
+
+Admin schedules are added, edited and deleted here; schedules from
+`LEASING["SCHEDULES"]` are shown read-only, except their `enabled` switch
+(the settings define them; the scheduler syncs them on start). Every write
+goes through `leasing.services.schedules`; the form validates the cron
+expression, the time zone and the payload with the same parser as the
+settings (`leasing.ticks`), so bad input is a field error, never a 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from .. import validation
+from ..conf import get_settings
+from ..exceptions import InvalidInput
+from ..handlers import registry as handlers
+from ..models import Schedule
+from ..services import schedules as service
+from ..ticks import (
+    ScheduleSpec,
+    parse_cron,
+    parse_every,
+    parse_missed,
+    parse_name,
+    parse_payload,
+    parse_text,
+    parse_timezone,
+    parse_timing,
+)
+from . import display
+from .guards import first_unstorable, refusal_message
+
+DEFINITION = ("work_type", "cron", "every", "timezone", "payload", "queue_name", "missed")
+TIMING = ("cron", "every", "timezone")
+
+
+def _field(parse: Any, value: Any, *args: Any) -> Any:
+    """Run a parser, turning its InvalidInput into the field's ValidationError."""
+    try:
+        return parse(*args, value)
+    except InvalidInput as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
+class ScheduleForm(forms.ModelForm):
+    class Meta:
+        model = Schedule
+        fields = ("name", *DEFINITION, "enabled")
+
+    spec: ScheduleSpec | None = None
+
+    def _text(self, name: str) -> str:
+        value = self.cleaned_data.get(name) or ""
+        _field(validation.storable_text, value, name)
+        return value
+
+    def clean_name(self) -> str:
+        return _field(parse_name, self._text("name"))
+
+    def clean_work_type(self) -> str:
+        work_type = _field(parse_text, self._text("work_type"), "work_type")
+        if work_type not in handlers and not get_settings().allow_unregistered_types:
+            raise forms.ValidationError(
+                f"No handler is registered for work type {work_type!r}: its items would never "
+                "run. Register one with @leasing.handler."
+            )
+        return work_type
+
+    def clean_queue_name(self) -> str:
+        return _field(parse_text, self._text("queue_name"), "queue")
+
+    def clean_cron(self) -> str:
+        cron = self._text("cron").strip()
+        return _field(parse_cron, cron) if cron else ""
+
+    def clean_every(self) -> int | None:
+        every = self.cleaned_data.get("every")
+        return None if every is None else _field(parse_every, every)
+
+    def clean_timezone(self) -> str:
+        return _field(parse_timezone, self._text("timezone").strip())
+
+    def clean_missed(self) -> str:
+        return _field(parse_missed, self.cleaned_data.get("missed"))
+
+    def clean_payload(self) -> dict[str, Any]:
+        payload = _field(parse_payload, self.cleaned_data.get("payload"))
+        _field(validation.payload, payload, "payload")  # NUL, surrogates, size, depth
+        return payload
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if "work_type" not in self.fields:
+            return data  # a settings schedule: only `enabled` is on the form
+        if self.errors:
+            return data
+        try:
+            timing = parse_timing(data.get("cron") or None, data.get("every"), data["timezone"])
+        except InvalidInput as exc:
+            raise forms.ValidationError(
+                "Give either a cron expression or an interval in seconds (every), not both."
+                if "exactly one" in str(exc)
+                else str(exc)
+            ) from None
+        self.spec = ScheduleSpec(
+            name=data["name"],
+            work_type=data["work_type"],
+            timing=timing,
+            payload=data.get("payload") or {},
+            queue=data["queue_name"],
+            missed=data["missed"],
+        )
+        return data
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    form = ScheduleForm
+    list_display = (
+        "name",
+        "timing",
+        "timezone",
+        "work_type",
+        "enabled",
+        "next_run_at",
+        "last_run_at",
+        "last_item",
+        "source",
+    )
+    list_filter = ("enabled", "from_settings")
+    search_fields = ("name", "work_type")
+    ordering = ("name",)
+    actions = ("enable_selected", "disable_selected")
+    list_per_page = 100
+
+    # --- bad input in the list's search, filters or selection: a message, never a 500 ---
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        name = first_unstorable(request.GET, request.POST)
+        if name is None:
+            return super().changelist_view(request, extra_context)
+        self.message_user(request, refusal_message(f"parameter {name}"), messages.ERROR)
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:leasing_schedule_changelist"))
+
+    # --- columns -------------------------------------------------------------------------
+
+    @admin.display(description="cron / interval")
+    def timing(self, obj: Schedule) -> str:
+        return obj.timing_text
+
+    @admin.display(description="last item")
+    def last_item(self, obj: Schedule) -> SafeString | str:
+        if not obj.last_work_item_id:
+            return "-"
+        return display.work_item_link(self.admin_site.name, obj.last_work_item_id)
+
+    @admin.display(description="defined in", boolean=False)
+    def source(self, obj: Schedule) -> SafeString:
+        if obj.from_settings:
+            return format_html("<code>{}</code>", "LEASING['SCHEDULES']")
+        return format_html("{}", "admin")
+
+    # --- what may change -------------------------------------------------------------------
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        state = ("next_run_at", "last_tick_at", "last_run_at", "last_item", "source")
+        if obj is not None and obj.from_settings:
+            return ("name", *DEFINITION, *state)
+        return state if obj is not None else ()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.from_settings:
+            return False  # remove it from LEASING["SCHEDULES"] instead
+        return super().has_delete_permission(request, obj)
+
+    # --- writes, through the service -------------------------------------------------------
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        changed = set(form.changed_data)
+        try:
+            if change and obj.from_settings:
+                if "enabled" in changed:
+                    service.set_enabled([obj.pk], obj.enabled)
+                return
+            assert form.spec is not None  # clean() built it
+            retime = bool(changed & set(TIMING)) or ("enabled" in changed and obj.enabled)
+            obj.pk = service.save_schedule(
+                form.spec, enabled=obj.enabled, pk=obj.pk if change else None, retime=retime
+            )
+        except InvalidInput as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        if obj.pk:
+            obj.refresh_from_db()  # show what the service wrote (next_run_at, ...)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        pass  # no related rows, and the instance was written by the service
+
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        service.delete_schedules([obj.pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        kept = queryset.filter(from_settings=True).count()
+        service.delete_schedules(list(queryset.values_list("pk", flat=True)))
+        if kept:
+            self.message_user(
+                request,
+                f"{kept} schedule(s) from LEASING['SCHEDULES'] were kept: remove them from the "
+                "settings instead.",
+                messages.WARNING,
+            )
+
+    # --- actions ---------------------------------------------------------------------------
+
+    @admin.action(
+        description="Enable the selected schedules (from their next tick)", permissions=["change"]
+    )
+    def enable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        count = service.set_enabled(list(queryset.values_list("pk", flat=True)), True)
+        self.message_user(request, f"{count} schedule(s) enabled.", messages.SUCCESS)
+
+    @admin.action(description="Disable the selected schedules", permissions=["change"])
+    def disable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        count = service.set_enabled(list(queryset.values_list("pk", flat=True)), False)
+        self.message_user(request, f"{count} schedule(s) disabled.", messages.SUCCESS)

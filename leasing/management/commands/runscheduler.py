@@ -1,0 +1,128 @@
+"""`python manage.py runscheduler`: enqueue the ticks of the schedules.
+
+    manage.py runscheduler                 # sync LEASING["SCHEDULES"], then a pass every second
+    manage.py runscheduler --interval 5    # a pass every 5 seconds
+    manage.py runscheduler --once          # sync and one pass, then exit (cron, tests)
+
+Run one or several (on any hosts, for availability): each tick is enqueued
+once whatever their number (a compare-and-swap of `next_run_at` plus a unique
+key per tick, see `leasing.services.schedules`). SIGTERM or SIGINT finishes
+the current pass and exits 0; a second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+from django.db import DatabaseError, connections
+
+from leasing.exceptions import DatabaseUnavailable, InvalidInput
+from leasing.management.base import LeasingCommand, positive_float
+from leasing.services.schedules import Fired, run_due, sync_from_settings
+from leasing.sql.runner import close_connection, is_infrastructure_error
+
+logger = logging.getLogger("leasing.schedules")
+
+DEFAULT_INTERVAL = 1.0
+
+
+class Command(LeasingCommand):
+    help = (
+        "Enqueue one work item per tick of each enabled schedule (LEASING['SCHEDULES'] and "
+        "the admin's Schedules). Several may run at once: each tick is enqueued once."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--interval",
+            type=positive_float,
+            default=DEFAULT_INTERVAL,
+            metavar="S",
+            help=f"Seconds between passes (default {DEFAULT_INTERVAL:g}); a tick is enqueued "
+            "at most this late.",
+        )
+        parser.add_argument("--once", action="store_true", help="Run one pass and exit.")
+        parser.add_argument(
+            "--no-sync",
+            action="store_true",
+            help="Do not sync LEASING['SCHEDULES'] into the table first.",
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="Print each enqueued tick as one JSON line."
+        )
+        parser.add_argument("--database", default="default", help="Database alias to use.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with self.default_logging(options["verbosity"]):
+            self._run(options)
+
+    def _run(self, options: dict[str, Any]) -> None:
+        using = options["database"]
+        if using not in connections:
+            raise CommandError(f"--database {using!r} is not in settings.DATABASES.")
+        self.run_leasing_checks()
+        self.as_json = options["json"]
+        try:
+            if not options["no_sync"]:
+                result = sync_from_settings(using=using)
+                if result.removed:
+                    logger.info("schedules no longer in the settings removed: %s", result.removed)
+            if options["once"]:
+                self._report(run_due(using=using))
+                return
+        except InvalidInput as exc:
+            raise CommandError(str(exc)) from exc
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            raise CommandError(f"database {using!r}: {exc}".splitlines()[0]) from exc
+        self._loop(using, options["interval"])
+
+    def _report(self, fired: list[Fired]) -> None:
+        for f in fired:
+            if self.as_json:
+                line = {
+                    "schedule": f.schedule,
+                    "tick": f.tick.isoformat(),
+                    "work_item_id": f.work_item_id,
+                    "ticks": f.ticks,
+                    "duplicate": f.duplicate,
+                }
+                self.stdout.write(json.dumps(line, sort_keys=True))
+            elif self.verbosity_level > 0:
+                self.stdout.write(f"{f.schedule} {f.tick.isoformat()} -> {f.work_item_id}")
+        self.stdout.flush()
+
+    def _loop(self, using: str, interval: float) -> None:
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            # A second signal gets the default behaviour: exit at once.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            stop.set()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        logger.info("scheduler running a pass every %gs; SIGTERM or Ctrl-C stops it", interval)
+        try:
+            while not stop.is_set():
+                try:
+                    self._report(run_due(using=using))
+                except Exception as exc:
+                    if not is_infrastructure_error(exc):
+                        raise
+                    # An outage or a lock conflict: the pass changed nothing; try again.
+                    logger.warning("scheduler pass failed, retrying: %s", exc)
+                    close_connection(using)
+                stop.wait(interval)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        logger.info("scheduler stopped")
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        self.verbosity_level = options.get("verbosity", 1)
+        return super().execute(*args, **options)

@@ -1,0 +1,240 @@
+"""Periodic work: syncing `LEASING["SCHEDULES"]`, firing due ticks, admin changes.
+
+    from leasing.services.schedules import run_due, sync_from_settings
+    sync_from_settings()      # once, when a scheduler starts
+    fired = run_due()         # every second or so: one item per due tick
+
+`run_due()` reads the database clock once, asks for the enabled schedules
+whose `next_run_at` has passed, and for each one, in one transaction:
+
+1. computes the tick it owes (`leasing.ticks`: cron in the schedule's time
+   zone, or an interval) and the next one after now;
+2. moves `next_run_at` from the value it read to the next tick with a
+   compare-and-swap (`sql.schedules.advance`); a scheduler that loses the
+   race changes nothing and goes on;
+3. enqueues the tick's item with `unique_key="schedule:<name>:<tick>"` held
+   for `UNIQUE_FOR` (a period scope: whatever the item's status), so a tick
+   can never run twice, even if `next_run_at` is moved back.
+
+Missed ticks (no scheduler ran for a while) still give one item: for the
+most recent due tick. Its input says what it stands for in `_schedule`:
+with `missed="skip"` the older ticks are dropped (`skipped` counts them); with
+`missed="catch_up"` the item stands for every tick since the first missed one
+(`since`, `ticks`), so its handler can make up for the whole period at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import DatabaseError, transaction
+
+from ..exceptions import InvalidInput
+from ..sql import schedules as sql
+from ..sql.dialect import Dialect
+from ..sql.runner import database_now, is_lock_conflict, load_json, run, run_one, to_datetime
+from ..ticks import RESERVED_PAYLOAD_KEY, Due, ScheduleSpec, Timing, parse_timing
+from .enqueue import enqueue
+
+logger = logging.getLogger("leasing.schedules")
+
+# How long a tick's unique key is held, whatever the item's status: far
+# longer than any clock skew or operator correction could move a tick back.
+UNIQUE_FOR = timedelta(days=400)
+# Due schedules handled per pass (the rest wait for the next pass).
+PASS_LIMIT = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """One tick a pass enqueued."""
+
+    schedule: str
+    tick: datetime
+    work_item_id: str
+    ticks: int  # the ticks the item stands for (1 unless some were missed)
+    duplicate: bool  # the tick's item existed already (the unique key held)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    written: tuple[str, ...]  # created or changed
+    removed: tuple[str, ...]  # settings schedules no longer in the settings
+
+
+def unique_key(name: str, tick: datetime) -> str:
+    return f"schedule:{name}:{tick.astimezone(UTC).isoformat()}"
+
+
+def item_input(name: str, payload: dict[str, Any], missed: str, due: Due) -> dict[str, Any]:
+    """The item's input: the schedule's payload plus `_schedule`, what the tick is."""
+    about: dict[str, Any] = {"name": name, "tick": due.tick.isoformat(), "missed": missed}
+    if missed == "catch_up":
+        about.update(since=due.first.isoformat(), ticks=due.ticks)
+    else:
+        about["skipped"] = due.missed
+    return {**payload, RESERVED_PAYLOAD_KEY: about}
+
+
+def sync_from_settings(
+    specs: Iterable[ScheduleSpec] | None = None,
+    *,
+    using: str = "default",
+    now: datetime | None = None,
+) -> SyncResult:
+    """Make the table's settings rows match `LEASING["SCHEDULES"]` (or `specs`).
+
+    A new or changed schedule starts at its first tick after now; an
+    unchanged one keeps its `next_run_at` and its `enabled` switch. Safe to
+    run from several schedulers at once (one upsert per schedule).
+    """
+    if specs is None:
+        from ..conf import get_settings
+
+        specs = get_settings().schedules.values()
+    specs = list(specs)
+    d = Dialect(using)
+    now = now or database_now(using)
+    written = []
+    with transaction.atomic(using=using):
+        for spec in specs:
+            statement = sql.upsert_from_settings(d, spec, spec.timing.next_after(now))
+            if run(using, statement):
+                written.append(spec.name)
+        removed = run(using, sql.delete_settings_rows_except(d, [s.name for s in specs]))
+    for name in written:
+        logger.info("schedule %s synced from the settings", name)
+    return SyncResult(tuple(written), tuple(sorted(r["name"] for r in removed)))
+
+
+def run_due(
+    *, using: str = "default", now: datetime | None = None, limit: int = PASS_LIMIT
+) -> list[Fired]:
+    """Enqueue one item for each due schedule (see the module docstring).
+
+    `now` defaults to the database clock; tests pass a moved clock. A
+    schedule that cannot enqueue (its work type lost its handler, its time
+    zone vanished) is logged and retried next pass; the others go on.
+    """
+    d = Dialect(using)
+    now = now or database_now(using)
+    fired = []
+    for row in run(using, sql.due(d, now, limit)):
+        try:
+            result = _fire(d, row, now)
+        except InvalidInput as exc:
+            logger.error("schedule %s cannot enqueue its tick: %s", row["name"], exc)
+            continue
+        except DatabaseError as exc:
+            if not is_lock_conflict(exc):
+                raise
+            logger.info("schedule %s: lock conflict, left to the next pass", row["name"])
+            continue
+        if result is not None:
+            fired.append(result)
+    return fired
+
+
+def _fire(d: Dialect, row: dict[str, Any], now: datetime) -> Fired | None:
+    using = d.using
+    timing = parse_timing(row["cron"] or None, row["every"], row["timezone"])
+    expected = to_datetime(row["next_run_at"])
+    assert expected is not None  # due() only returns rows with a next tick
+    due = timing.due(expected, now)
+    if due is None:
+        return None
+    name = row["name"]
+    payload = load_json(row["payload"]) or {}
+    key = unique_key(name, due.tick)
+    with transaction.atomic(using=using):
+        if not run(using, sql.advance(d, row["id"], expected, due.next_run_at, due.tick)):
+            return None  # another scheduler took this tick
+        item = enqueue(
+            key,
+            row["work_type"],
+            item_input(name, payload, row["missed"], due),
+            queue_name=row["queue_name"],
+            unique_key=key,
+            unique_while=UNIQUE_FOR,
+            using=using,
+        )
+        run(using, sql.record_item(d, row["id"], item.work_item_id))
+    duplicate = bool(getattr(item, "duplicate", False))
+    logger.info(
+        "schedule %s: tick %s -> item %s%s",
+        name,
+        due.tick.isoformat(),
+        item.work_item_id,
+        " (already enqueued)" if duplicate else "",
+    )
+    return Fired(name, due.tick, item.work_item_id, due.ticks, duplicate)
+
+
+def save_schedule(
+    spec: ScheduleSpec,
+    *,
+    enabled: bool = True,
+    pk: int | None = None,
+    retime: bool = True,
+    using: str = "default",
+) -> int:
+    """Create (pk None) or rewrite an admin schedule; returns its id.
+
+    `retime`: start again from the first tick after now (a new timing);
+    otherwise `next_run_at` stays, so editing a payload loses no tick.
+    """
+    d = Dialect(using)
+    first_tick = spec.timing.next_after(database_now(using))
+    with transaction.atomic(using=using):
+        if pk is None:
+            row = run_one(using, sql.insert(d, spec, enabled, first_tick))
+        else:
+            row = run_one(using, sql.update(d, pk, spec, enabled, first_tick if retime else None))
+    if row is None:
+        raise InvalidInput("this schedule comes from LEASING['SCHEDULES'] or no longer exists.")
+    return int(row["id"])
+
+
+def set_enabled(ids: Iterable[int], enabled: bool, *, using: str = "default") -> int:
+    """Switch schedules on or off; returns how many changed.
+
+    Switched on, a schedule starts from its first tick after now: the ticks
+    it had while off are not owed.
+    """
+    d = Dialect(using)
+    ids = list(ids)
+    if not ids:
+        return 0
+    now = database_now(using)
+    changed = 0
+    with transaction.atomic(using=using):
+        for row in run(using, sql.for_ids(d, ids)):
+            next_run_at = None
+            if enabled:
+                timing = _timing_or_none(row)
+                if timing is None:
+                    continue
+                next_run_at = timing.next_after(now)
+            changed += len(run(using, sql.set_enabled(d, row["id"], enabled, next_run_at)))
+    return changed
+
+
+def _timing_or_none(row: dict[str, Any]) -> Timing | None:
+    try:
+        return parse_timing(row["cron"] or None, row["every"], row["timezone"])
+    except InvalidInput as exc:
+        logger.error("schedule %s has a timing that no longer parses: %s", row["name"], exc)
+        return None
+
+
+def delete_schedules(ids: Iterable[int], *, using: str = "default") -> int:
+    """Delete admin schedules; settings ones stay. Returns how many went."""
+    ids = list(ids)
+    if not ids:
+        return 0
+    with transaction.atomic(using=using):
+        return len(run(using, sql.delete(Dialect(using), ids)))
