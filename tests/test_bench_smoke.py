@@ -115,6 +115,15 @@ def test_quick_bench_reports_every_scenario() -> None:
     for run in records["options"]["runs"]:
         _drained(run)
 
+    signals = records["signals"]
+    for run in signals["without_receivers"] + signals["with_receivers"]:
+        _drained(run)
+    listened = signals["items"] * signals["repeats"]
+    # The receivers really listened: every item was acquired and released once.
+    assert signals["signals_received"].get("lease_acquired") == listened, signals
+    assert signals["signals_received"].get("lease_released") == listened, signals
+    assert isinstance(signals["receiver_cost"], float)
+
     burst = records["burst"]
     assert [r["vacuumed"] for r in burst["runs"]] == [False, True]
     for run in burst["runs"]:
