@@ -85,7 +85,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         # None makes Django answer "doesn't exist" instead of querying with a NUL.
         if not storable(object_id):
             return None
-        return super().get_object(request, object_id, from_field)
+        # Django passes `?_to_field=` (empty) on as the field '' (FieldDoesNotExist: a 500);
+        # empty means the primary key, as when the parameter is absent.
+        return super().get_object(request, object_id, from_field or None)
 
     def get_changelist_instance(self, request: HttpRequest) -> LeasingChangeList:
         try:
