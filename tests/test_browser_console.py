@@ -240,6 +240,7 @@ def test_dashboard_panels_refresh_in_place_and_keep_open_details(live_server, pa
     key = details.get_attribute("data-key")
     details.locator("summary").click()
     assert details.evaluate("d => d.open")
+    details.evaluate("d => { d.leasingOld = true; }")  # to tell a swapped node from this one
     page.evaluate("window.leasingMarker = 'still the same page'")
 
     enqueue_many([{"task_id": f"task-new-{i}", "work_type": "noop"} for i in range(2)])
@@ -253,6 +254,8 @@ def test_dashboard_panels_refresh_in_place_and_keep_open_details(live_server, pa
     assert page.evaluate("window.leasingMarker") == "still the same page"
     assert navigations(page) == 1
     reopened = page.locator(f'#leasing-recoveries details[data-key="{key}"]')
+    # Its panel was replaced by the fresh one, and the new <details> was opened again.
+    assert reopened.evaluate("d => d.leasingOld === undefined")
     assert reopened.evaluate("d => d.open")
     assert "updated" in page.locator("[data-leasing-updated]").inner_text()
     shot(page, "dashboard-refreshed")
