@@ -262,7 +262,7 @@ def test_dashboard_panels_refresh_in_place_and_keep_open_details(live_server, pa
 
 
 def test_the_work_item_list_refreshes_in_place(live_server, page, monkeypatch):
-    monkeypatch.setattr(WorkItemAdmin, "list_refresh_seconds", 5)
+    monkeypatch.setattr(WorkItemAdmin, "list_refresh_seconds", 2)
     operator()
     enqueue("task-old", "noop")
     log_in(page, live_server, "operator")
@@ -278,3 +278,46 @@ def test_the_work_item_list_refreshes_in_place(live_server, page, monkeypatch):
     page.locator("#result_list tbody tr", has_text=fresh.pk).locator("input.action-select").check()
     assert "1 of 2 selected" in page.locator(".action-counter").inner_text()
     shot(page, "work-items-refreshed")
+
+    # While a row is ticked the list stands still, so the selection is not lost...
+    later = enqueue("task-later", "noop")
+    time.sleep(WorkItemAdmin.list_refresh_seconds + 1.5)
+    assert page.locator("#result_list tbody tr").count() == 2
+    assert page.locator("#result_list tbody tr input.action-select:checked").count() == 1
+    # ...and refreshes again once it is unticked.
+    page.locator("#result_list tbody tr", has_text=fresh.pk).locator(
+        "input.action-select"
+    ).uncheck()
+    page.locator("#result_list tbody tr", has_text=later.pk).wait_for(timeout=15_000)
+    assert page.evaluate("window.leasingMarker") == "list"
+
+
+def test_a_row_ticked_while_a_refresh_is_in_flight_stays_ticked(live_server, page, monkeypatch):
+    monkeypatch.setattr(WorkItemAdmin, "list_refresh_seconds", 2)
+    operator()
+    first = enqueue("task-first", "noop")
+    log_in(page, live_server, "operator")
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        if route.request.headers.get("x-leasing-fragment") and not held:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/admin/leasing/workitem/**", hold)
+    page.goto(f"{live_server.url}/admin/leasing/workitem/")
+    deadline = time.monotonic() + 15
+    while not held:  # a refresh has been sent; its answer is held back
+        assert time.monotonic() < deadline, "no refresh was sent"
+        page.wait_for_timeout(100)
+    enqueue("task-second", "noop")  # the held answer will show two rows
+    row = page.locator("#result_list tbody tr", has_text=first.pk)
+    row.locator("input.action-select").check()
+    with page.expect_response(lambda r: r.request.headers.get("x-leasing-fragment") == "1"):
+        held[0].continue_()
+    page.wait_for_timeout(300)  # the answer is handled
+    # The answer arrived after the tick: the list was left alone, the tick kept.
+    assert row.locator("input.action-select").is_checked()
+    assert page.locator("#result_list tbody tr").count() == 1
+    assert "1 of 1 selected" in page.locator(".action-counter").inner_text()
