@@ -126,14 +126,14 @@ def test_a_killed_worker_turns_silent_on_the_dashboard_with_no_sweep_running(
         row = page.locator('tr[data-worker="doomed-worker"]')
         if "leasing-row-bad" in (row.get_attribute("class") or ""):
             break
-        assert time.monotonic() - killed < 30, "the killed worker never turned silent"
+        assert time.monotonic() - killed < 45, "the killed worker never turned silent"
         time.sleep(0.2)
     took = time.monotonic() - killed
     # Silent after 3 intervals since its last beat (at most one interval before
-    # the kill), plus page loads on a busy host. With the configured 30 s
-    # interval instead of the worker's own it would take 90 s; waiting for a
-    # sweep, forever.
-    assert took < (SILENT_INTERVALS + 1) * HEARTBEAT + 8, took
+    # the kill), plus page reloads on a loaded host (seconds each with two
+    # cores shared by several suites). With the configured 30 s interval
+    # instead of the worker's own it would take 90 s; waiting for a sweep, forever.
+    assert took < (SILENT_INTERVALS + 1) * HEARTBEAT + 12, took
     text = row.inner_text()
     assert "silent" in text
     assert "silent after 3 s" in text
@@ -316,7 +316,7 @@ def test_a_row_ticked_while_a_refresh_is_in_flight_stays_ticked(live_server, pag
     row.locator("input.action-select").check()
     with page.expect_response(lambda r: r.request.headers.get("x-leasing-fragment") == "1"):
         held[0].continue_()
-    page.wait_for_timeout(300)  # the answer is handled
+    page.wait_for_timeout(1000)  # the answer is handled
     # The answer arrived after the tick: the list was left alone, the tick kept.
     assert row.locator("input.action-select").is_checked()
     assert page.locator("#result_list tbody tr").count() == 1

@@ -143,7 +143,7 @@ def test_the_demo_keeps_an_expired_lease_visible_and_restarts_a_killed_worker(tm
         "DJANGO_SETTINGS_MODULE": "project.settings",
         "PYTHONUNBUFFERED": "1",
     }
-    expired_for = 8.0
+    expired_for = 10.0
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "demo", "--port", str(free_port()),
          "--expired-for", str(expired_for)],
