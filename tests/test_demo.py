@@ -197,3 +197,28 @@ def test_the_demo_keeps_an_expired_lease_visible_and_restarts_a_killed_worker(tm
     for pid in (new_pid,):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_run_restarts_a_lone_child_and_stops_it_on_sigterm(supervise):
+    """`run()` keeps going when its only child dies, and stops everything on SIGTERM."""
+    lone = Child("worker", SLEEPER)
+    supervisor, said = supervise(lone)
+    pids: list[int] = []
+    before = signal.getsignal(signal.SIGTERM)
+
+    def operator() -> None:
+        until(lambda: lone.running)
+        pids.append(lone.proc.pid)
+        os.kill(pids[0], signal.SIGKILL)
+        until(lambda: lone.restarts == 1 and lone.running)
+        pids.append(lone.proc.pid)
+        os.kill(os.getpid(), signal.SIGTERM)  # to the demo (here: this process)
+
+    helper = threading.Thread(target=operator)
+    helper.start()
+    supervisor.run(interval=0.05)  # returns on the SIGTERM
+    helper.join(timeout=10)
+    assert len(pids) == 2 and pids[0] != pids[1]
+    assert not lone.running
+    assert lone.proc.returncode == -signal.SIGTERM  # stopped with one SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler was put back

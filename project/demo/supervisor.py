@@ -136,15 +136,15 @@ class Supervisor:
 
     @property
     def alive(self) -> bool:
-        """True while some child runs or is waiting to (re)start."""
-        return any(c.running or (c.due_at and not c.given_up) for c in self.children)
+        """True while some child is not given up (it runs, or will be (re)started)."""
+        return any(not c.given_up for c in self.children)
 
     def run(self, interval: float = 0.5) -> None:
         """Supervise until every child is given up, or Ctrl-C / SIGTERM (then stop them all)."""
         previous = signal.signal(signal.SIGTERM, _interrupt)
         self.start()
         try:
-            while self.alive:
+            while self.alive and not self.stopping:
                 time.sleep(interval)
                 self.check()
         except KeyboardInterrupt:
