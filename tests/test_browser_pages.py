@@ -63,6 +63,7 @@ def test_every_console_page_renders_and_is_captured(
             f"/leasing/workitem/{scenario.healthy.work_item_id}/change/",
             "send_invoice",
         ),
+        "work-item-changes": (f"/leasing/workitem/{item}/history/", "Change history"),
         "timeline": ("/leasing/workitem/timeline/task-fail-0/", "Checkpoint timeline"),
         "checkpoints": ("/leasing/checkpoint/", "Select checkpoint"),
         "checkpoint": (f"/leasing/checkpoint/{checkpoint.pk}/change/", "View checkpoint"),
