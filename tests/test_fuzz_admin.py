@@ -58,17 +58,22 @@ LIST_KEYS = {
         "status__exact", "lease_health", "work_type", "queue_name", "created_at__year",
         "created_at__month", "created_at__day", "created_at__gte", "created_at__lt",
         "created_at__range", "status", "status__in", "retry_count__gt", "lease_holder",
-        "input_data__has_key", "task_id__startswith",
+        "input_data__has_key", "task_id__startswith", "task_id__regex", "status__iregex",
+        "input_data__card", "lease_token__gt",
     ],
     "checkpoint": [
         "checkpoint_type__exact", "checkpoint_type", "created_at__year", "created_at__month",
         "created_at__day", "sequence_number__gte", "work_item__status", "snapshot_data__a",
+        "work_item__regex", "work_item__work_item_id", "work_item", "task_id__regex",
     ],
     "idempotencykey": [
         "status__exact", "created_at__year", "created_at__month", "expires_at__lt",
-        "response_data__contains",
+        "response_data__contains", "status__regex",
     ],
-    "worker": ["role__exact", "status__exact", "pid__gt", "last_seen_at__gte", "hostname"],
+    "worker": [
+        "role__exact", "status__exact", "pid__gt", "last_seen_at__gte", "hostname",
+        "work_types__contains", "hostname__regex",
+    ],
 }  # fmt: skip
 COMMON_KEYS = ["o", "p", "q", "all", "e", "_changelist_filters", "_to_field", "_popup", "_facets"]
 MODELS = list(LIST_KEYS)
@@ -274,3 +279,37 @@ def test_an_empty_to_field_opens_the_object_page(scene, model):
     assert response.status_code == 200
     assert object_id in response.content.decode()
     check(scene, response, target)
+
+
+@pytest.mark.parametrize(
+    ("model", "lookup"),
+    [
+        ("workitem", "task_id__regex=("),  # a database error: invalid pattern
+        ("workitem", "status__iregex=*"),
+        ("checkpoint", "work_item__regex=["),
+        ("idempotencykey", "response_data__contains="),  # no JSON contains on SQLite
+        ("worker", "work_types__contains=x"),
+        ("workitem", "input_data__card=S3CRET"),  # probing a payload by result counts
+        ("workitem", "task_id__icontains=task"),  # a scan of every row
+    ],
+)
+def test_lookups_no_list_offers_are_refused(scene, model, lookup):
+    response = scene["client"].get(f"{url(f'leasing_{model}_changelist')}?{lookup}")
+    assert response.status_code == 400
+    check(scene, response, lookup)
+
+
+@pytest.mark.parametrize(
+    ("model", "query"),
+    [
+        ("workitem", "status__exact=failed&work_type=noop&queue_name=default"),
+        ("workitem", "lease_health=stale&created_at__year=2026"),
+        ("workitem", "retry_count__gte=0&lease_token__in=1,2&run_after__isnull=True"),
+        ("checkpoint", "checkpoint_type__exact=error_boundary&work_item__work_item_id=x"),
+        ("worker", "role__exact=worker&status__exact=running"),
+    ],
+)
+def test_the_lookups_of_filters_and_links_still_work(scene, model, query):
+    response = scene["client"].get(f"{url(f'leasing_{model}_changelist')}?{query}")
+    assert response.status_code == 200
+    assert b"errornote" not in response.content
