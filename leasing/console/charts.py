@@ -155,9 +155,12 @@ def throughput_chart(data: Throughput) -> ThroughputChart:
                 failed_height=round(failed_h, 1),
             )
         )
+    # A middle line only where its value is a whole number: on a 1 or 5 axis it
+    # was labelled "0" or "2" at 0.5 and 2.5.
     gridlines = tuple(
         (round(baseline - plot_height * fraction, 1), int(axis_max * fraction))
         for fraction in (0, 0.5, 1)
+        if (axis_max * fraction).is_integer()
     )
     return ThroughputChart(
         width=left + plot_width + 10,

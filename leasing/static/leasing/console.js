@@ -52,6 +52,9 @@
                 throw new Error("HTTP " + response.status);
             }
             const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+            if (selecting()) {
+                return; // a row was ticked while the answer was on its way: keep the selection
+            }
             let swapped = 0;
             document.querySelectorAll("[data-leasing-panel]").forEach((panel) => {
                 const name = panel.dataset.leasingPanel;

@@ -7,14 +7,16 @@
    printing what happened to each;
 4. unless `--no-serve`: creates a demo superuser, starts the dashboard
    (`runserver`), a worker and the recovery sweep as child processes, prints
-   the URL and the credentials, and stops them all on Ctrl-C.
+   the URL and the credentials, and stops them all on Ctrl-C. The sweep starts
+   `--expired-for` seconds later (60), so the expired lease of the data set
+   stays on the dashboard for a while before the sweep recovers it. A child
+   that exits (killed, crashed) is restarted, and the demo says so
+   (`project/demo/supervisor.py`).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,14 +25,17 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command, get_commands
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from leasing import enqueue_many
 from leasing.models import WorkItem
 from leasing.worker import WorkerOptions, WorkerRuntime
+from project.demo.supervisor import Child, Supervisor
 
 DEMO_USER = "demo"
 DEMO_PASSWORD = "leasing-demo"
+EXPIRED_FOR = 60.0  # seconds the expired lease stays on the dashboard before the sweep starts
+SWEEP_INTERVAL = 5.0
 
 SAMPLE_ITEMS = [
     {"task_id": "demo-sleep-1", "work_type": "demo.sleep", "input_data": {"seconds": 0.5}},
@@ -55,6 +60,16 @@ class Command(BaseCommand):
             help="Stop after the worker pass (no dashboard, worker or sweep processes).",
         )
         parser.add_argument("--port", type=int, default=8000, help="Dashboard port (8000).")
+        parser.add_argument(
+            "--expired-for",
+            type=float,
+            default=EXPIRED_FOR,
+            metavar="S",
+            help=(
+                "Start the recovery sweep S seconds after the dashboard, so the expired "
+                f"lease stays visible until then (default {EXPIRED_FOR:g}; 0: at once)."
+            ),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING("1. Database"))
@@ -97,7 +112,9 @@ class Command(BaseCommand):
         )
         if options["no_serve"]:
             return
-        self._serve(options["port"])
+        if options["expired_for"] < 0:
+            raise CommandError("--expired-for must be 0 or more seconds.")
+        self._serve(options["port"], options["expired_for"])
 
     def _print_items(self, ids: list[str]) -> None:
         rows = WorkItem.objects.filter(pk__in=ids).order_by("task_id")
@@ -108,7 +125,7 @@ class Command(BaseCommand):
                 f"retries {row.retry_count}/{row.max_retries}  {result}"
             )
 
-    def _serve(self, port: int) -> None:
+    def _serve(self, port: int, expired_for: float) -> None:
         user_model = get_user_model()
         user, _ = user_model.objects.get_or_create(
             username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}
@@ -118,30 +135,28 @@ class Command(BaseCommand):
         user.save()
 
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        manage = [sys.executable, "manage.py"]
-        children = [
-            subprocess.Popen([*manage, "runserver", f"127.0.0.1:{port}", "--noreload"], env=env),
-            subprocess.Popen([*manage, "runworker", "--concurrency", "2"], env=env),
-        ]
-        if "recoverysweep" in get_commands():
-            children.append(
-                subprocess.Popen([*manage, "recoverysweep", "--interval", "5"], env=env)
-            )
         self.stdout.write(self.style.MIGRATE_HEADING("4. Dashboard, worker and sweep running"))
         self.stdout.write(f"   dashboard: http://127.0.0.1:{port}/admin/")
         self.stdout.write(f"   user: {DEMO_USER}   password: {DEMO_PASSWORD}")
-        self.stdout.write("   Ctrl-C stops everything.")
-        try:
-            while all(child.poll() is None for child in children):
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            for child in children:
-                if child.poll() is None:
-                    child.send_signal(signal.SIGTERM)
-            for child in children:
-                try:
-                    child.wait(timeout=35)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+        expired = list(WorkItem.objects.expired().values_list("task_id", flat=True)[:3])
+        if expired and expired_for > 0:
+            self.stdout.write(
+                f"   expired lease awaiting the sweep: {', '.join(expired)} (tile "
+                f"“Expired, awaiting sweep”); the sweep recovers it {expired_for:g} s from now"
+            )
+        self.stdout.write("   Ctrl-C stops everything; a child that exits is restarted.")
+        supervisor = Supervisor(demo_children(port, expired_for), self.stdout.write, env=env)
+        supervisor.run()
+
+
+def demo_children(port: int, expired_for: float) -> list[Child]:
+    """The dashboard and a worker at once; the recovery sweep `expired_for` seconds later."""
+    manage = [sys.executable, "manage.py"]
+    children = [
+        Child("dashboard", [*manage, "runserver", f"127.0.0.1:{port}", "--noreload"]),
+        Child("worker", [*manage, "runworker", "--concurrency", "2"]),
+    ]
+    if "recoverysweep" in get_commands():
+        sweep = [*manage, "recoverysweep", "--interval", f"{SWEEP_INTERVAL:g}"]
+        children.append(Child("recovery sweep", sweep, start_after=expired_for))
+    return children

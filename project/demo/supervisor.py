@@ -1,0 +1,168 @@
+"""The demo's child processes: started (some after a delay), restarted when they exit.
+
+`manage.py demo` runs the dashboard, a worker and the recovery sweep as child
+processes. A child that exits on its own (killed, crashed) is started again
+after `RESTART_DELAY` seconds and the demo says so; one that keeps exiting
+right after it starts (a port in use, a broken setting) is given up on after
+`MAX_QUICK_EXITS` tries, with a line saying why. A child with `start_after`
+starts that many seconds after the others (the sweep, so that an expired
+lease stays on the dashboard for a while).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+RESTART_DELAY = 1.0
+QUICK_EXIT_SECONDS = 10.0
+MAX_QUICK_EXITS = 3
+STOP_TIMEOUT = 35.0  # above the worker's default 30 s shutdown timeout
+
+
+@dataclass
+class Child:
+    """One child process of the demo, and what happened to it so far."""
+
+    name: str
+    argv: Sequence[str]
+    start_after: float = 0.0
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    due_at: float = 0.0  # when to (re)start it; 0: not waiting
+    restarts: int = 0
+    quick_exits: int = 0
+    given_up: bool = False
+    history: list[int] = field(default_factory=list)  # pids, oldest first
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+class Supervisor:
+    """Start the children, restart those that exit, stop them all at the end."""
+
+    def __init__(
+        self,
+        children: Sequence[Child],
+        say: Callable[[str], None],
+        *,
+        env: dict[str, str] | None = None,
+        restart_delay: float = RESTART_DELAY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.children = list(children)
+        self.say = say
+        self.env = env
+        self.restart_delay = restart_delay
+        self.clock = clock
+        self.stopping = False
+
+    def start(self) -> None:
+        now = self.clock()
+        for child in self.children:
+            if child.start_after > 0:
+                child.due_at = now + child.start_after
+                self.say(f"   the {child.name} starts in {child.start_after:g} s")
+            else:
+                self._spawn(child)
+                assert child.proc is not None
+                self.say(f"   started the {child.name} (pid {child.proc.pid})")
+
+    def _spawn(self, child: Child) -> None:
+        # Its own process group: Ctrl-C in the terminal reaches the demo only,
+        # which then sends each child one SIGTERM (a second signal would make
+        # the worker exit at once instead of finishing its items).
+        child.proc = subprocess.Popen(list(child.argv), env=self.env, process_group=0)
+        child.started_at = self.clock()
+        child.due_at = 0.0
+        child.history.append(child.proc.pid)
+
+    def check(self) -> None:
+        """Start what is due; schedule a restart of each child that exited."""
+        now = self.clock()
+        for child in self.children:
+            if child.given_up or self.stopping:
+                continue
+            if child.proc is None or child.proc.poll() is not None:
+                if child.due_at and now >= child.due_at:
+                    again = child.proc is not None
+                    self._spawn(child)
+                    if again:
+                        child.restarts += 1
+                        self.say(
+                            f"   restarted the {child.name} (pid {child.proc.pid}, "
+                            f"restart {child.restarts})"
+                        )
+                    else:
+                        self.say(f"   started the {child.name} (pid {child.proc.pid})")
+                elif child.proc is not None and not child.due_at:
+                    self._exited(child, now)
+
+    def _exited(self, child: Child, now: float) -> None:
+        assert child.proc is not None
+        how = describe_exit(child.proc.returncode)
+        quick = now - child.started_at < QUICK_EXIT_SECONDS
+        child.quick_exits = child.quick_exits + 1 if quick else 0
+        if child.quick_exits >= MAX_QUICK_EXITS:
+            child.given_up = True
+            self.say(
+                f"   the {child.name} (pid {child.proc.pid}) {how}, {child.quick_exits} times "
+                "in a row right after starting: not restarting it (see its output above)"
+            )
+            return
+        child.due_at = now + self.restart_delay
+        self.say(
+            f"   the {child.name} (pid {child.proc.pid}) {how}; restarting it "
+            f"in {self.restart_delay:g} s"
+        )
+
+    @property
+    def alive(self) -> bool:
+        """True while some child is not given up (it runs, or will be (re)started)."""
+        return any(not c.given_up for c in self.children)
+
+    def run(self, interval: float = 0.5) -> None:
+        """Supervise until every child is given up, or Ctrl-C / SIGTERM (then stop them all)."""
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        self.start()
+        try:
+            while self.alive and not self.stopping:
+                time.sleep(interval)
+                self.check()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+            signal.signal(signal.SIGTERM, previous)
+
+    def stop(self) -> None:
+        self.stopping = True
+        running = [c for c in self.children if c.running]
+        for child in running:
+            assert child.proc is not None
+            child.proc.send_signal(signal.SIGTERM)
+        for child in running:
+            assert child.proc is not None
+            try:
+                child.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait()

@@ -1,0 +1,224 @@
+"""`manage.py demo`: its children are restarted when they exit, and an expired lease stays
+visible until the delayed recovery sweep starts.
+
+The supervisor is tested with small real processes; the whole demo runs once
+on its own SQLite file (in the SQLite pass: it never touches the test database).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from project.demo.management.commands.demo import SWEEP_INTERVAL, demo_children
+from project.demo.supervisor import MAX_QUICK_EXITS, Child, Supervisor
+
+ROOT = Path(__file__).resolve().parent.parent
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+def until(predicate: Callable[[], object], timeout: float = 15.0, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(step)
+
+
+@pytest.fixture
+def supervise():
+    made: list[Supervisor] = []
+
+    def make(*children: Child, delay: float = 0.05) -> tuple[Supervisor, list[str]]:
+        said: list[str] = []
+        supervisor = Supervisor(children, said.append, restart_delay=delay)
+        made.append(supervisor)
+        return supervisor, said
+
+    yield make
+    for supervisor in made:
+        supervisor.stop()
+
+
+def test_a_killed_child_is_restarted_and_the_demo_says_so(supervise):
+    worker = Child("worker", SLEEPER)
+    other = Child("dashboard", SLEEPER)
+    supervisor, said = supervise(worker, other)
+    supervisor.start()
+    first = worker.proc.pid
+    assert said == [
+        f"   started the worker (pid {first})",
+        f"   started the dashboard (pid {other.proc.pid})",
+    ]
+
+    os.kill(first, signal.SIGKILL)
+    until(lambda: (supervisor.check(), worker.restarts == 1)[1])
+    assert f"   the worker (pid {first}) was killed by SIGKILL; restarting it in 0.05 s" in said
+    assert said[-1] == f"   restarted the worker (pid {worker.proc.pid}, restart 1)"
+    assert worker.proc.pid != first and worker.running
+    assert other.running and other.restarts == 0  # the others were left alone
+
+    supervisor.stop()
+    assert not worker.running and not other.running
+
+
+def test_a_child_that_keeps_exiting_at_once_is_given_up(supervise):
+    broken = Child("dashboard", [sys.executable, "-c", "raise SystemExit(3)"])
+    steady = Child("worker", SLEEPER)
+    supervisor, said = supervise(broken, steady)
+    supervisor.start()
+    until(lambda: (supervisor.check(), broken.given_up)[1])
+    assert broken.restarts == MAX_QUICK_EXITS - 1
+    assert said[-1].endswith(
+        f"exited with code 3, {MAX_QUICK_EXITS} times in a row right after starting: "
+        "not restarting it (see its output above)"
+    )
+    assert steady.running and supervisor.alive
+    steady.proc.kill()
+    steady.proc.wait()
+    steady.given_up = True
+    assert not supervisor.alive
+
+
+def test_a_delayed_child_starts_after_its_delay(supervise):
+    late = Child("recovery sweep", SLEEPER, start_after=0.5)
+    supervisor, said = supervise(late)
+    started = time.monotonic()
+    supervisor.start()
+    assert late.proc is None and supervisor.alive
+    assert said == ["   the recovery sweep starts in 0.5 s"]
+    supervisor.check()
+    assert late.proc is None
+    until(lambda: (supervisor.check(), late.running)[1])
+    assert time.monotonic() - started >= 0.5
+    assert said[-1] == f"   started the recovery sweep (pid {late.proc.pid})"
+
+
+def test_the_demo_starts_its_sweep_late():
+    children = {child.name: child for child in demo_children(8123, 60)}
+    assert set(children) == {"dashboard", "worker", "recovery sweep"}
+    assert children["recovery sweep"].start_after == 60
+    assert "recoverysweep" in children["recovery sweep"].argv
+    assert children["dashboard"].start_after == children["worker"].start_after == 0
+    assert "127.0.0.1:8123" in children["dashboard"].argv
+    assert demo_children(8123, 0)[-1].start_after == 0
+
+
+# --- the whole demo -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def expired_leases(path: Path) -> list[str]:
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    with sqlite3.connect(path) as db:
+        rows = db.execute(
+            "SELECT task_id FROM work_items WHERE status = 'in_progress' AND lease_expires_at < ?",
+            (now,),
+        ).fetchall()
+    return [task for (task,) in rows]
+
+
+def test_the_demo_keeps_an_expired_lease_visible_and_restarts_a_killed_worker(tmp_path, vendor):
+    if vendor != "sqlite":
+        pytest.skip("the demo runs on its own SQLite file; the SQLite pass covers it")
+    db = tmp_path / "demo.sqlite3"
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{db}",
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "PYTHONUNBUFFERED": "1",
+    }
+    expired_for = 10.0
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--port", str(free_port()),
+         "--expired-for", str(expired_for)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+
+    def said(text: str) -> str | None:
+        return next((line for line in list(lines) if text in line), None)
+
+    try:
+        until(lambda: said("Ctrl-C stops everything") or proc.poll() is not None, timeout=90)
+        assert proc.poll() is None, "".join(lines)
+        serving = time.monotonic()
+        assert expired_leases(db), "the demo data set has no expired lease"
+        announced = said("expired lease awaiting the sweep:")
+        assert announced and "demo-" in announced, "".join(lines)
+        assert said(f"the recovery sweep starts in {expired_for:g} s")
+        worker_line = said("started the worker (pid ")
+        assert worker_line, "".join(lines)
+        worker_pid = int(worker_line.split("pid ")[1].rstrip(")\n"))
+
+        # The worker is killed: the demo says so and starts another.
+        os.kill(worker_pid, signal.SIGKILL)
+        until(lambda: said("restarted the worker (pid "), timeout=20)
+        assert said(f"the worker (pid {worker_pid}) was killed by SIGKILL; restarting it")
+        restarted = said("restarted the worker (pid ")
+        new_pid = int(restarted.split("pid ")[1].split(",")[0])
+        assert new_pid != worker_pid
+
+        # Longer than a sweep interval later the expired lease is still there (no sweep
+        # runs yet); once the sweep starts, it is recovered.
+        time.sleep(max(0.0, serving + SWEEP_INTERVAL + 0.5 - time.monotonic()))
+        assert not said("started the recovery sweep")
+        assert expired_leases(db)
+        until(lambda: said("started the recovery sweep"), timeout=expired_for + 20)
+        until(lambda: not expired_leases(db), timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, "".join(lines)
+    reader.join(timeout=5)
+    # Every child was stopped with the demo.
+    for pid in (new_pid,):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_run_restarts_a_lone_child_and_stops_it_on_sigterm(supervise):
+    """`run()` keeps going when its only child dies, and stops everything on SIGTERM."""
+    lone = Child("worker", SLEEPER)
+    supervisor, said = supervise(lone)
+    pids: list[int] = []
+    before = signal.getsignal(signal.SIGTERM)
+
+    def operator() -> None:
+        until(lambda: lone.running)
+        pids.append(lone.proc.pid)
+        os.kill(pids[0], signal.SIGKILL)
+        until(lambda: lone.restarts == 1 and lone.running)
+        pids.append(lone.proc.pid)
+        os.kill(os.getpid(), signal.SIGTERM)  # to the demo (here: this process)
+
+    helper = threading.Thread(target=operator)
+    helper.start()
+    supervisor.run(interval=0.05)  # returns on the SIGTERM
+    helper.join(timeout=10)
+    assert len(pids) == 2 and pids[0] != pids[1]
+    assert not lone.running
+    assert lone.proc.returncode == -signal.SIGTERM  # stopped with one SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler was put back
