@@ -137,12 +137,17 @@ def test_partitioned_worker_loses_lease_and_rejoins_without_duplicate(
     # A wrote nothing once its link was cut: no effect, no checkpoint, no failure record.
     assert all(at.timestamp() < cut_at for _k, token, _w, at in steps if token == 1)
     assert not query(dsn, "SELECT 1 FROM checkpoints WHERE snapshot_data ? 'zombie'")
-    assert not query(
+    # The error_boundary records of A's attempt: the sweep's, which names the
+    # holder of the lease it recovered (A, token 1, lease_expired), and no
+    # other: one written by A itself would have another reason.
+    boundaries = query(
         dsn,
-        "SELECT 1 FROM checkpoints WHERE checkpoint_type = 'error_boundary' "
+        "SELECT snapshot_data->>'reason', (snapshot_data->>'lease_token')::int "
+        "FROM checkpoints WHERE checkpoint_type = 'error_boundary' "
         "AND snapshot_data->>'worker_id' = %s",
         (a_id,),
     )
+    assert boundaries == [("lease_expired", 1)], boundaries
     assert (
         scalar(dsn, "SELECT count(*) FROM checkpoints WHERE checkpoint_type = 'iteration_end'") == 4
     )
