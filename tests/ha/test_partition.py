@@ -172,12 +172,15 @@ def test_slow_link_claims_and_renewals_keep_every_lease(
     host_c = net.add_host("c")
     address, port = net.delay(host_c, 100, db_port=cluster.port)
     rtt = net.measure_rtt(host_c, address, port, cluster.dbname)
-    leasing = {"LEASE_DURATION": 3, "HEARTBEAT_INTERVAL": 0.75, "HEARTBEAT_MAX_FAILURES": 3}
+    # The renewer extends a lease once less than half of it is left, at its next
+    # tick (1 s), over a few 200 ms round trips: about 1.4 s of margin for a
+    # renewal delayed by a loaded host (a 3 s lease left about 0.5 s).
+    leasing = {"LEASE_DURATION": 6, "HEARTBEAT_INTERVAL": 1, "HEARTBEAT_MAX_FAILURES": 3}
     fleet.env.update(db_env(["127.0.0.1"], [cluster.port], leasing=leasing))
     dsn = cluster.dsn()
     fleet.manage("migrate", "-v", "0")
-    # Each handler runs 5 s, longer than its 3 s lease: only renewals keep it.
-    fleet.manage("ha_enqueue", "--count", "8", "--input", json.dumps({"sleep": 5}))
+    # Each handler runs 9 s, half as long again as its 6 s lease: only renewals keep it.
+    fleet.manage("ha_enqueue", "--count", "8", "--input", json.dumps({"sleep": 9}))
     fleet.start("sweep", "recoverysweep")
     fleet.start(
         "worker-c",
