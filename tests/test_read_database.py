@@ -166,6 +166,8 @@ def test_console_pages_read_only_the_replica(read_from_replica):
         "history": reverse("admin:leasing_workitem_history"),
         "errors": reverse("admin:leasing_workitem_errors"),
         "checkpoints": reverse("admin:leasing_checkpoint_changelist"),
+        "idempotency keys": reverse("admin:leasing_idempotencykey_changelist"),
+        "idempotency key": reverse("admin:leasing_idempotencykey_change", args=["key-1"]),
         "workers": reverse("admin:leasing_worker_changelist"),
         "metrics": reverse("leasing:metrics"),
     }
