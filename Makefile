@@ -89,7 +89,7 @@ ci: test test-bench-smoke
 
 # Failover, a transaction pooler, network partitions and a read replica, on
 # throwaway clusters, pgbouncer and network namespaces this machine makes and
-# removes (needs root and Debian's PostgreSQL packages); about 8 minutes.
+# removes (needs root and Debian's PostgreSQL packages); about 4-5 minutes.
 test-ha: venv
 	@./scripts/ha/ensure-packages.sh
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh

@@ -6,6 +6,7 @@ E003  the extender interval is not below its extension
 E004  a SQLite database holding the leasing tables lacks the options the engine needs
 E005  (leasing.tasks) a TASKS backend is LeasingBackend but 'leasing' is not installed
 E006  an entry of LEASING["SCHEDULES"] is not valid (cron, time zone, keys, ...)
+E007  LEASING["READ_DATABASE"] names a database alias that DATABASES lacks
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
@@ -89,6 +90,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 "before it is recovered.",
                 hint="The rule of thumb is a fifth of the lease duration.",
                 id="leasing.W003",
+            )
+        )
+    if conf.read_database is not None and conf.read_database not in settings.DATABASES:
+        known = ", ".join(repr(alias) for alias in settings.DATABASES) or "none"
+        messages.append(
+            checks.Error(
+                f"LEASING['READ_DATABASE'] is {conf.read_database!r}, which is not a database "
+                f"alias of DATABASES (aliases: {known}): every console page would fail.",
+                hint="Name an alias of DATABASES (e.g. a streaming replica), or remove the key "
+                "to read from the default database.",
+                id="leasing.E007",
             )
         )
     if conf.extender_enabled and conf.extender_interval >= conf.extender_extension:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.signals import setting_changed
+from django.db import DEFAULT_DB_ALIAS
 from django.dispatch import receiver
 
 from .exceptions import InvalidInput, LeasingConfigurationError
@@ -70,6 +71,12 @@ class LeasingSettings:
     # transaction pooler name a direct connection, or set LISTEN to False to poll.
     listen: bool = True
     listen_database: str | None = None
+
+    # The console's reads (dashboard, lists and item pages, timeline, history,
+    # /metrics) go to this database alias, e.g. a streaming replica; None: the
+    # default database. Lease writes, and every read that decides one (an
+    # operator action's re-read), always go to the default database.
+    read_database: str | None = None
 
     # Metrics endpoint: a bearer token, or None for staff sessions only.
     metrics_token: str | None = None
@@ -130,7 +137,7 @@ def _check_value(name: str, value: Any) -> Any:
                 f"{key} must be a dict of work type to handler, got {type(value).__name__}."
             )
         return dict(value)
-    if name == "listen_database":
+    if name in ("listen_database", "read_database"):
         if value is not None and (not isinstance(value, str) or not value):
             raise LeasingConfigurationError(f"{key} must be a database alias or None.")
         return value
@@ -223,3 +230,21 @@ def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
 def get_settings() -> LeasingSettings:
     """The current typed settings (read lazily, cached)."""
     return leasing_settings.current
+
+
+# Every lease write, and every read that decides one, goes to this alias.
+WRITE_DATABASE = DEFAULT_DB_ALIAS
+
+
+def read_alias() -> str:
+    """The alias the console reads from: `LEASING["READ_DATABASE"]`, else the default database.
+
+    The one place the console, the admin querysets and `/metrics` learn where to
+    read; an operator action re-reads on `WRITE_DATABASE` before it writes.
+    """
+    return leasing_settings.read_database or WRITE_DATABASE
+
+
+def reads_from_replica() -> bool:
+    """True when the console reads from another alias than the one leases are written to."""
+    return read_alias() != WRITE_DATABASE

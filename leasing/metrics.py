@@ -40,7 +40,16 @@ Metrics (all prefixed `leasing_`):
 `run_seconds{work_type,quantile}`      gauge    run time of the last attempt of items completed
                                                 in the last hour: p50 and p95
 `leases_near_cap`                      gauge    live leases within 5 minutes of their hard cap
+`read_replica_lag_seconds`             gauge    with LEASING["READ_DATABASE"] on a replica: how
+                                                old its data is (0: everything replayed)
+`read_replica_lag_bytes`               gauge    WAL the replica has not replayed yet
+`read_replica_replay_paused`           gauge    1 while its replay is paused
 =====================================  =======  =================================================
+
+With `LEASING["READ_DATABASE"]` set, every figure is read from that database
+(a replica's figures are as old as `read_replica_lag_seconds`); the
+`read_replica_*` gauges are absent otherwise, and when the alias is not a
+PostgreSQL replica.
 
 The counters are monotonic as long as rows are not deleted from `work_items`
 (`claims_total`, `completions_total`) or `workers` (the others); a deletion
@@ -66,6 +75,7 @@ from .console.history import leases_near_cap
 from .console.leases import lease_health
 from .console.processes import live_workers, process_counters, processes_by_state, sweep_health
 from .console.queues import QueueRow, queue_table
+from .console.replica import replica_lag
 from .models import LeaseHealth, WorkerRole, WorkerStatus
 from .sql.runner import database_now
 
@@ -103,8 +113,9 @@ class LeasingCollector:
     `collect()` and `describe()`), so defining it needs no import of the client.
     """
 
-    def __init__(self, using: str = "default") -> None:
+    def __init__(self, using: str = "default", primary: str = "default") -> None:
         self.using = using
+        self.primary = primary
 
     def describe(self) -> Iterable[Metric]:
         # Declared without values, so registering the collector runs no query.
@@ -112,6 +123,7 @@ class LeasingCollector:
 
     def collect(self) -> Iterator[Metric]:
         using = self.using
+        lag = replica_lag(using, primary=self.primary) if using != self.primary else None
         census = item_census(using=using)
         health = lease_health(using=using)
         pending = backlog(using=using)
@@ -160,6 +172,12 @@ class LeasingCollector:
             for quantile, seconds in quantiles.items():
                 families["run_seconds"].add_metric([work_type, quantile], seconds)
         families["leases_near_cap"].add_metric([], leases_near_cap(using=using))
+        if lag is not None and lag.is_replica:
+            if lag.seconds is not None:
+                families["read_replica_lag_seconds"].add_metric([], lag.seconds)
+            if lag.bytes is not None:
+                families["read_replica_lag_bytes"].add_metric([], lag.bytes)
+            families["read_replica_replay_paused"].add_metric([], int(lag.paused))
         yield from families.values()
 
     @staticmethod
@@ -233,6 +251,18 @@ class LeasingCollector:
             ),
             "leases_near_cap": gauge(
                 "leases_near_cap", "Live leases within 5 minutes of their hard cap."
+            ),
+            "read_replica_lag_seconds": gauge(
+                "read_replica_lag_seconds",
+                "How old the data of the read replica (READ_DATABASE) is; 0 when it has "
+                "replayed everything the primary wrote.",
+            ),
+            "read_replica_lag_bytes": gauge(
+                "read_replica_lag_bytes",
+                "WAL bytes the read replica (READ_DATABASE) has not replayed yet.",
+            ),
+            "read_replica_replay_paused": gauge(
+                "read_replica_replay_paused", "1 while the read replica's replay is paused."
             ),
         }
 

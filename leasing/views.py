@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from .conf import get_settings
+from .conf import get_settings, read_alias
 from .metrics import render_latest
 
 
@@ -66,5 +66,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return redirect_to_login(request.get_full_path(), reverse("admin:login"))
     elif not (request.user.is_active and request.user.is_staff):
         raise PermissionDenied
-    body, content_type = render_latest()
+    body, content_type = render_latest(read_alias())
     return HttpResponse(body, content_type=content_type)

@@ -23,6 +23,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from ..conf import WRITE_DATABASE
 from ..exceptions import LeasingError, WorkItemNotFound
 from ..models import WorkItem
 from ..services import operations
@@ -120,7 +121,9 @@ def operator_action(
 
     The selection is re-read by primary key, ignoring the change list's
     filters: an item that stopped matching a filter (a stale lease that got
-    renewed) must be reported as skipped, not silently dropped.
+    renewed) must be reported as skipped, not silently dropped. It is read on
+    the primary (never `LEASING["READ_DATABASE"]`): the leases it shows and
+    then fences on must be the current ones.
     """
     if not modeladmin.has_force_release_permission(request):
         raise PermissionDenied
@@ -132,6 +135,7 @@ def operator_action(
         return None
     items = list(
         modeladmin.get_queryset(request)
+        .using(WRITE_DATABASE)
         .filter(pk__in=selected)
         .order_by("-created_at", "-work_item_id")
     )
@@ -179,9 +183,17 @@ def describe_filter(request: HttpRequest) -> str:
 def bulk_by_filter(
     modeladmin: WorkItemAdmin, request: HttpRequest, queryset: QuerySet[WorkItem], action: str
 ) -> HttpResponse | None:
-    """ "Select all N": every item matching the change list's filters, up to the bulk limit."""
+    """ "Select all N": every item matching the change list's filters, up to the bulk limit.
+
+    The confirmation page counts on the list's database (a read replica when
+    `LEASING["READ_DATABASE"]` is set); confirming evaluates the filters again
+    on the primary, so a replica that lags cannot choose what is changed.
+    """
+    confirming = request.POST.get(bulk.BULK_FIELD) == "yes"
+    if confirming:
+        queryset = queryset.using(WRITE_DATABASE)
     selection = bulk.select(queryset, describe_filter(request))
-    if request.POST.get(bulk.BULK_FIELD) == "yes":
+    if confirming:
         form = BulkActionForm(request.POST)
         if form.is_valid() and not selection.over_limit:
             if form.cleaned_data["expected"] != selection.count:
@@ -291,8 +303,10 @@ def apply(
             modeladmin.message_user(request, f"{item_id} {result.detail}.", messages.WARNING)
     if not applied:
         return
-    fresh = WorkItem.objects.defer("input_data", "output_data").in_bulk(
-        [r.work_item_id for r in applied]
+    fresh = (
+        WorkItem.objects.using(WRITE_DATABASE)
+        .defer("input_data", "output_data")
+        .in_bulk([r.work_item_id for r in applied])
     )
     for result in applied:
         obj = fresh.get(result.work_item_id)

@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
+from ..conf import read_alias
 from . import display
 from .changelist import LeasingChangeList, exact_search
 from .guards import first_unstorable, refusal_message, storable
@@ -56,6 +57,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # deleting an item would cascade to its audit trail
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # Lists and item pages display rows: they read from LEASING["READ_DATABASE"]
+        # (a replica, when set). An operator action re-reads on the primary.
+        return super().get_queryset(request).using(read_alias())
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[LeasingChangeList]:
         return LeasingChangeList

@@ -22,6 +22,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from ..conf import WRITE_DATABASE
 from ..exceptions import LeasingError
 from ..models import WorkItem
 from ..services import operations
@@ -97,7 +98,12 @@ def apply(
 ) -> None:
     """Apply `action` to each selected item; report the counts and log what changed."""
     actor = request.user.get_username()
-    tokens = dict(WorkItem.objects.filter(pk__in=selection.ids).values_list("pk", "lease_token"))
+    # The fence of each change: read on the primary, whatever the console reads from.
+    tokens = dict(
+        WorkItem.objects.using(WRITE_DATABASE)
+        .filter(pk__in=selection.ids)
+        .values_list("pk", "lease_token")
+    )
     applied: list[str] = []
     skipped: Counter[str] = Counter()
     for item_id in selection.ids:
@@ -131,5 +137,9 @@ def apply(
 
 
 def _log(request: HttpRequest, item_ids: list[str], message: str) -> None:
-    objects: Any = WorkItem.objects.defer("input_data", "output_data").filter(pk__in=item_ids)
+    objects: Any = (
+        WorkItem.objects.using(WRITE_DATABASE)
+        .defer("input_data", "output_data")
+        .filter(pk__in=item_ids)
+    )
     LogEntry.objects.log_actions(request.user.pk, list(objects), CHANGE, message)

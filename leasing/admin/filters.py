@@ -14,6 +14,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from ..conf import read_alias
 from ..console.census import STATUSES
 from ..console.choices import known_queues, known_work_types
 from ..models import LeaseHealth, WorkItemStatus
@@ -65,7 +66,7 @@ class KnownValuesFilter(admin.SimpleListFilter):
     known: Callable[..., list[str]]
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        values = list(type(self).known())
+        values = list(type(self).known(using=read_alias()))
         current = self.value()
         if current and current not in values:
             values.append(current)

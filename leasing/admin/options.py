@@ -31,6 +31,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
+from ..conf import read_alias
 from ..console.durations import humanize_seconds
 from ..console.failures import item_failures
 from ..console.liveness import Liveness, liveness
@@ -210,7 +211,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
         if obj is not None:
             visible = display.payloads_visible(request.user)
             context["payloads_visible"] = visible
-            context["failures"] = item_failures(obj, include_payloads=visible)
+            context["failures"] = item_failures(obj, include_payloads=visible, using=read_alias())
         return super().render_change_form(request, context, add, change, form_url, obj)
 
 
@@ -364,7 +365,9 @@ class WorkerAdmin(ReadOnlyAdmin):
 
     @admin.display(description="leases held")
     def held_items(self, obj: Worker) -> SafeString | str:
-        held = WorkItem.objects.held_by(obj.worker_id).order_by("lease_expires_at")
+        held = (
+            WorkItem.objects.using(read_alias()).held_by(obj.worker_id).order_by("lease_expires_at")
+        )
         ids = list(held.values_list("pk", flat=True)[: self.HELD_ITEMS_SHOWN + 1])
         if not ids:
             return display.EMPTY

@@ -14,7 +14,12 @@ index so the pages stay fast on tables of millions of rows:
 * `timeline`: checkpoints of a task and the newest `error_boundary` ones;
 * `choices`: work types and queues offered by the list filters;
 * `charts` and `tiles`: the geometry of the inline SVG charts and the tiles;
-* `dashboard`: every figure of the dashboard page against one clock reading.
+* `dashboard`: every figure of the dashboard page against one clock reading;
+* `replica`: how far the read database (`LEASING["READ_DATABASE"]`) is behind.
+
+Every function reads the alias its caller passes (`using`); the views pass
+`leasing.conf.read_alias()`, so with a read replica configured the whole
+console reads from it.
 
 Times are compared with the database clock. Payloads (`input_data`,
 `output_data`, checkpoint `snapshot_data` and `metadata`) are loaded only when
@@ -46,6 +51,7 @@ from .processes import (
     processes_by_state,
     sweep_health,
 )
+from .replica import ReplicaLag, replica_lag
 from .timeline import CheckpointEntry, TaskItem, Timeline, recent_recoveries, task_timeline
 
 __all__ = [
@@ -58,6 +64,7 @@ __all__ = [
     "LeaseHealthSummary",
     "ProcessCounters",
     "ProcessInfo",
+    "ReplicaLag",
     "RetryBucket",
     "RetryDistribution",
     "StatusCounts",
@@ -78,6 +85,7 @@ __all__ = [
     "process_counters",
     "processes_by_state",
     "recent_recoveries",
+    "replica_lag",
     "retry_distribution",
     "sweep_health",
     "task_timeline",

@@ -11,6 +11,7 @@ from .census import RetryDistribution, StatusCounts, cached_retry_distribution
 from .leases import LeaseHealthSummary, lease_health
 from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
 from .queues import QueueRow, queue_table
+from .replica import ReplicaLag, replica_lag
 from .timeline import CheckpointEntry, recent_recoveries
 
 
@@ -29,6 +30,8 @@ class Dashboard:
     orphan_holders: tuple[HolderLeases, ...]
     recoveries: tuple[CheckpointEntry, ...]
     payloads_included: bool
+    # How far the read database is behind the primary; None: the console reads the primary.
+    replica: ReplicaLag | None = None
 
 
 def build_dashboard(
@@ -37,6 +40,7 @@ def build_dashboard(
     window_minutes: int = 60,
     recoveries: int = 10,
     using: str = "default",
+    primary: str = "default",
 ) -> Dashboard:
     """Compute every figure of the dashboard (twelve indexed queries).
 
@@ -44,7 +48,12 @@ def build_dashboard(
     from the backlog, in progress from lease health, completed and failed
     from the retry distribution (the only query whose cost grows with the
     table, see `census.RETRY_CACHE_SECONDS`).
+
+    Every figure is read from `using`; when that is not `primary` (a read
+    replica), the page also says how far behind the primary it is.
     """
+    # Measured first: the figures below are at least this old.
+    replica = replica_lag(using, primary=primary) if using != primary else None
     now = database_now(using)
     workers, orphans = live_workers(now=now, using=using)
     health = lease_health(using=using)
@@ -77,4 +86,5 @@ def build_dashboard(
             limit=recoveries, include_payloads=include_payloads, using=using
         ),
         payloads_included=include_payloads,
+        replica=replica,
     )

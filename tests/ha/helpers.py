@@ -26,15 +26,6 @@ FAST_LEASING = {
 }
 
 
-def engine_settings() -> set[str]:
-    """The LEASING keys the engine in this tree accepts (upper case)."""
-    import dataclasses
-
-    from leasing.conf import LeasingSettings
-
-    return {f.name.upper() for f in dataclasses.fields(LeasingSettings)}
-
-
 def db_env(
     hosts: list[str],
     ports: list[int],

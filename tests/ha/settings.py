@@ -79,4 +79,19 @@ if os.environ.get("HA_REPLICA_PORT"):
 
 LEASING = json.loads(os.environ.get("HA_LEASING", "{}"))
 
-LOGGING["loggers"]["leasing"]["level"] = os.environ.get("LEASING_LOG_LEVEL", "WARNING")  # noqa: F405
+# Each process's log file gets the `leasing` warnings (LEASING_LOG_LEVEL=INFO or
+# DEBUG for more); project.settings configures these loggers only when that
+# variable is set, and runworker would otherwise log INFO by itself.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "leasing": {
+            "handlers": ["console"],
+            "level": os.environ.get("LEASING_LOG_LEVEL", "WARNING"),
+            "propagate": False,
+        },
+    },
+}

@@ -137,12 +137,17 @@ def test_partitioned_worker_loses_lease_and_rejoins_without_duplicate(
     # A wrote nothing once its link was cut: no effect, no checkpoint, no failure record.
     assert all(at.timestamp() < cut_at for _k, token, _w, at in steps if token == 1)
     assert not query(dsn, "SELECT 1 FROM checkpoints WHERE snapshot_data ? 'zombie'")
-    assert not query(
+    # The error_boundary records of A's attempt: the sweep's, which names the
+    # holder of the lease it recovered (A, token 1, lease_expired), and no
+    # other: one written by A itself would have another reason.
+    boundaries = query(
         dsn,
-        "SELECT 1 FROM checkpoints WHERE checkpoint_type = 'error_boundary' "
+        "SELECT snapshot_data->>'reason', (snapshot_data->>'lease_token')::int "
+        "FROM checkpoints WHERE checkpoint_type = 'error_boundary' "
         "AND snapshot_data->>'worker_id' = %s",
         (a_id,),
     )
+    assert boundaries == [("lease_expired", 1)], boundaries
     assert (
         scalar(dsn, "SELECT count(*) FROM checkpoints WHERE checkpoint_type = 'iteration_end'") == 4
     )
@@ -167,12 +172,15 @@ def test_slow_link_claims_and_renewals_keep_every_lease(
     host_c = net.add_host("c")
     address, port = net.delay(host_c, 100, db_port=cluster.port)
     rtt = net.measure_rtt(host_c, address, port, cluster.dbname)
-    leasing = {"LEASE_DURATION": 3, "HEARTBEAT_INTERVAL": 0.75, "HEARTBEAT_MAX_FAILURES": 3}
+    # The renewer extends a lease once less than half of it is left, at its next
+    # tick (1 s), over a few 200 ms round trips: about 1.4 s of margin for a
+    # renewal delayed by a loaded host (a 3 s lease left about 0.5 s).
+    leasing = {"LEASE_DURATION": 6, "HEARTBEAT_INTERVAL": 1, "HEARTBEAT_MAX_FAILURES": 3}
     fleet.env.update(db_env(["127.0.0.1"], [cluster.port], leasing=leasing))
     dsn = cluster.dsn()
     fleet.manage("migrate", "-v", "0")
-    # Each handler runs 5 s, longer than its 3 s lease: only renewals keep it.
-    fleet.manage("ha_enqueue", "--count", "8", "--input", json.dumps({"sleep": 5}))
+    # Each handler runs 9 s, half as long again as its 6 s lease: only renewals keep it.
+    fleet.manage("ha_enqueue", "--count", "8", "--input", json.dumps({"sleep": 9}))
     fleet.start("sweep", "recoverysweep")
     fleet.start(
         "worker-c",

@@ -22,7 +22,6 @@ from .clusters import Cluster
 from .helpers import (
     audit,
     db_env,
-    engine_settings,
     query,
     record_result,
     registered_workers,
@@ -38,7 +37,6 @@ POOL = 10
 # Every item records its execution in a file; every EVERYth item also runs a
 # run_once effect and writes a checkpoint through the pooler.
 EVERY = 10
-HAS_LISTEN_SETTING = "LISTEN_DATABASE" in engine_settings()
 # 50 processes on a small machine and a queue in front of 10 server connections:
 # a renewal can wait seconds for its turn, so the lease is the production
 # rule of thumb (well above the worst wait), not the failover tests' 5 s.
@@ -60,7 +58,9 @@ def pooled() -> Iterator[tuple[Cluster, PgBouncer]]:
 
 def _env(cluster: Cluster, bouncer: PgBouncer | None, **leasing: object) -> dict[str, str]:
     settings = dict(leasing)
-    if HAS_LISTEN_SETTING and bouncer is not None:
+    if bouncer is not None:
+        # LISTEN does not hold through a transaction pooler: idle workers wait
+        # for NOTIFY on a direct session instead.
         settings["LISTEN_DATABASE"] = "direct"
     port = bouncer.port if bouncer is not None else cluster.port
     return db_env(
@@ -189,16 +189,9 @@ def test_fifty_workers_through_pool_of_ten_exactly_once(
         direct=direct,
         pooled_vs_direct=round(through_pooler["items_per_s"] / direct["items_per_s"], 2),
         pgbouncer_transactions=int(stats.get("total_xact_count") or 0),
-        listen_database_setting=HAS_LISTEN_SETTING,
     )
 
 
-@pytest.mark.xfail(
-    not HAS_LISTEN_SETTING,
-    reason="the engine has no LEASING['LISTEN_DATABASE'] yet: the listener goes through "
-    "the pooler, where LISTEN does not hold, so idle workers only poll",
-    strict=True,
-)
 def test_enqueue_wakes_pooled_workers_through_the_direct_listener(
     fleet: Fleet, pooled: tuple[Cluster, PgBouncer]
 ) -> None:

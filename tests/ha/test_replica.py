@@ -1,9 +1,10 @@
 """A read replica for the console: pages read from a streaming replica, leases stay on the primary.
 
-The replica fixture is complete. The routing test is written against the
-setting `LEASING["READ_DATABASE"]` (a database alias for the console's reads)
-and is expected to fail until the engine has that setting; the marker goes
-away by itself once it does, and the test must then pass.
+`LEASING["READ_DATABASE"] = "replica"` points the console (dashboard, lists,
+item and timeline pages, history, `/metrics`) at a real streaming replica.
+With the replica's replay paused, the pages show the replica's (older) data
+and its lag, while an operator's force-release, of an item the replica has
+not even seen yet, is read and applied on the primary.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from .clusters import Cluster
-from .helpers import db_env, engine_settings, query, record_result, scalar, wait_until
+from .helpers import db_env, query, record_result, scalar, wait_until
 from .processes import Fleet
 
-HAS_READ_SETTING = "READ_DATABASE" in engine_settings()
 # Tables whose reads decide a write: they must never be read from the replica
 # on a path that then writes (claims, renewals, releases, operator actions).
 LEASE_TABLES = {"work_items", "checkpoints", "idempotency_keys", "workers"}
@@ -68,11 +68,20 @@ def test_replica_streams_the_primary_writes(
         replica.execute("DELETE FROM work_items")
 
 
-@pytest.mark.xfail(
-    not HAS_READ_SETTING,
-    reason="the engine has no LEASING['READ_DATABASE'] yet (the console is being restructured)",
-    strict=True,
-)
+def probe(fleet: Fleet, *args: str) -> dict:
+    return json.loads(fleet.manage("ha_console_probe", *args))
+
+
+def assert_served_by_replica(report: dict) -> None:
+    for page, seen in report.items():
+        if page == "force_release":
+            continue
+        assert seen["status"] == 200, (page, seen)
+        # Every leasing table the page read came from the replica.
+        assert not LEASE_TABLES & set(seen["queries"].get("default", [])), (page, seen)
+        assert LEASE_TABLES & set(seen["queries"].get("replica", [])), (page, seen)
+
+
 def test_console_reads_from_replica_and_leases_stay_on_primary(
     fleet: Fleet, primary_and_replica: tuple[Cluster, Cluster]
 ) -> None:
@@ -92,14 +101,91 @@ def test_console_reads_from_replica_and_leases_stay_on_primary(
         ),
         timeout=30,
     )
-    report = json.loads(fleet.manage("ha_console_probe", "--item", item, "--task", task))
-    for page, seen in report.items():
-        assert seen["status"] == 200, (page, seen)
-        # Every leasing table the page read came from the replica.
-        assert not LEASE_TABLES & set(seen["queries"].get("default", [])), (page, seen)
-        assert LEASE_TABLES & set(seen["queries"].get("replica", [])), (page, seen)
-    assert report["dashboard"]["mentions_lag"], "the dashboard shows the replica's lag"
     # The worker's claims, renewals and completions all went to the primary:
     # the replica is read-only, so a single write sent there would have failed
     # the burst run above; and every item is completed on the primary.
     assert scalar(primary.dsn(), "SELECT count(*) FROM work_items WHERE status = 'completed'") == 20
+
+    # Freeze the replica, then change the primary: an item held by a worker
+    # and two waiting behind it exist on the primary only.
+    replica.execute("SELECT pg_wal_replay_pause()")
+    wait_until(
+        lambda: scalar(replica.dsn(), "SELECT pg_get_wal_replay_pause_state()") == "paused",
+        timeout=30,
+    )
+    paused_at = time.monotonic()
+    fleet.manage(
+        "ha_enqueue", "--count", "3", "--prefix", "late", "--input", json.dumps({"sleep": 600})
+    )
+    fleet.start("holder", "runworker", "--concurrency", "1")
+    held = wait_until(
+        lambda: query(
+            primary.dsn(), "SELECT work_item_id FROM work_items WHERE status = 'in_progress'"
+        ),
+        timeout=60,
+        message=fleet.tails,
+    )[0][0]
+    # Two seconds of lag at least, whatever the machine's speed.
+    time.sleep(max(0.0, 2.0 - (time.monotonic() - paused_at)))
+
+    report = probe(fleet, "--item", item, "--task", task, "--force-release", held)
+    assert_served_by_replica(report)
+    # The pages show the replica's data: no late item at all, nothing in progress.
+    samples = report["metrics"]["samples"]
+    assert samples['leasing_work_items{status="completed"}'] == 20, samples
+    assert samples['leasing_work_items{status="pending"}'] == 0, samples
+    assert samples['leasing_work_items{status="in_progress"}'] == 0, samples
+    # ... and how old it is.
+    assert samples["leasing_read_replica_replay_paused"] == 1, samples
+    assert samples["leasing_read_replica_lag_seconds"] >= 2, samples
+    assert samples["leasing_read_replica_lag_bytes"] > 0, samples
+    lag = report["dashboard"]["lag"]
+    assert report["dashboard"]["mentions_lag"], "the dashboard shows the replica's lag"
+    assert lag["replica-alias"] == "replica", lag
+    assert lag["replay-paused"] == "1", lag
+    assert float(lag["lag-seconds"]) >= 2, lag
+    assert int(lag["lag-bytes"]) > 0, lag
+
+    # Force-release of an item the replica has never seen: the confirmation
+    # page read it (and its lease token) on the primary, and the fenced
+    # release was applied there.
+    action = report["force_release"]
+    assert action["confirmation"]["status"] == 200, action
+    assert action["confirmation_lists_item"], action
+    assert action["confirm"]["status"] == 302, action
+    assert any("released" in m for m in action["messages"]), action["messages"]
+    for step in ("confirmation", "confirm"):
+        assert not action[step]["writes"].get("replica"), action
+    assert {"work_items", "checkpoints"} <= set(action["confirm"]["writes"]["default"]), action
+    transitions = scalar(
+        primary.dsn(),
+        "SELECT count(*) FROM checkpoints WHERE work_item_id = %s "
+        "AND checkpoint_type = 'state_transition'",
+        (held,),
+    )
+    assert transitions == 1
+    late_on_replica = "SELECT count(*) FROM work_items WHERE task_id LIKE %s"
+    assert scalar(replica.dsn(), late_on_replica, ("late-%",)) == 0
+
+    # Replay resumed: the replica catches up and the page says so.
+    fleet.kill_all()
+    replica.execute("SELECT pg_wal_replay_resume()")
+    wait_until(
+        lambda: scalar(replica.dsn(), "SELECT count(*) FROM checkpoints WHERE work_item_id = %s",
+                       (held,)) >= 1,
+        timeout=30,
+    )  # fmt: skip
+    caught_up = probe(fleet)
+    assert_served_by_replica(caught_up)
+    after = caught_up["dashboard"]["lag"]
+    assert after["replay-paused"] == "0", after
+    # Nothing writes any more: the replica has replayed everything (a few
+    # seconds of slack for WAL the server itself writes meanwhile).
+    assert float(after["lag-seconds"] or "inf") < 5, after
+    assert caught_up["metrics"]["samples"]['leasing_work_items{status="pending"}'] >= 2
+    record_result(
+        "replica-console",
+        lag_paused=lag,
+        lag_resumed=after,
+        metrics_lag_seconds=samples["leasing_read_replica_lag_seconds"],
+    )

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from ...conf import WRITE_DATABASE, read_alias
 from ...console.charts import retry_chart, throughput_chart
 from ...console.dashboard import build_dashboard
 from ...console.durations import humanize_seconds
@@ -42,7 +43,12 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
     form = DashboardForm(request.GET or None)
     window, refresh = form.settings()
     include_payloads = context["payloads_visible"]
-    data = build_dashboard(include_payloads=include_payloads, window_minutes=window)
+    data = build_dashboard(
+        include_payloads=include_payloads,
+        window_minutes=window,
+        using=read_alias(),
+        primary=WRITE_DATABASE,
+    )
     item_url = ItemUrls(model_admin.admin_site.name)
     context |= {
         "data": data,

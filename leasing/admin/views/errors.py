@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from ...conf import WRITE_DATABASE, read_alias
 from ...console.failures import error_groups, group_members
 from ...services.operations import Action
 from ...sql.runner import database_now
@@ -36,7 +37,8 @@ def errors_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Template
     context = console_context(model_admin, request, "Top errors")
     form = WindowForm(request.GET or None)
     minutes = form.minutes()
-    groups, truncated = error_groups(database_now() - timedelta(minutes=minutes))
+    using = read_alias()
+    groups, truncated = error_groups(database_now(using) - timedelta(minutes=minutes), using=using)
     item_url = ItemUrls(model_admin.admin_site.name)
     retry_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors_retry")
     context |= {
@@ -67,8 +69,12 @@ def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Htt
     errors_url += f"?{urlencode({'window': minutes})}"
     window = WindowForm.WINDOWS[minutes]
     key = request.GET.get("key", "")
-    start = database_now() - timedelta(minutes=minutes)
-    group = next((g for g in error_groups(start)[0] if g.key == key), None)
+    confirming = request.method == "POST" and request.POST.get(bulk.BULK_FIELD) == "yes"
+    # The confirmation page's count may come from the read replica; the
+    # members a confirmed retry acts on are read again on the primary.
+    using = WRITE_DATABASE if confirming else read_alias()
+    start = database_now(using) - timedelta(minutes=minutes)
+    group = next((g for g in error_groups(start, using=using)[0] if g.key == key), None)
     if not GROUP_KEY.fullmatch(key) or group is None:
         model_admin.message_user(
             request,
@@ -79,9 +85,9 @@ def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Htt
     kind = f"{group.exception_type}: " if group.exception_type else ""
     selection = bulk.Selection(
         f"failed in the last {window} with “{kind}{group.message}”",
-        tuple(group_members(start, key, bulk.BULK_LIMIT + 1)),
+        tuple(group_members(start, key, bulk.BULK_LIMIT + 1, using=using)),
     )
-    if request.method == "POST" and request.POST.get(bulk.BULK_FIELD) == "yes":
+    if confirming:
         confirm = BulkActionForm(request.POST)
         if confirm.is_valid() and not selection.over_limit:
             bulk.apply(

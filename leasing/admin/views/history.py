@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from ...conf import read_alias
 from ...console.backlog import bucket_bounds, throughput
 from ...console.charts import throughput_chart
 from ...console.history import analytics, run_durations
@@ -25,11 +26,12 @@ def history_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templat
     context = console_context(model_admin, request, "History and lease analytics")
     form = WindowForm(request.GET or None)
     minutes = form.minutes()
-    now = database_now()
+    using = read_alias()
+    now = database_now(using)
     start, step, count = bucket_bounds(minutes, now)
-    finished = throughput(window_minutes=minutes, now=now)
-    durations = run_durations(window_minutes=minutes, now=now)
-    stats = analytics(window_minutes=minutes, now=now)
+    finished = throughput(window_minutes=minutes, now=now, using=using)
+    durations = run_durations(window_minutes=minutes, now=now, using=using)
+    stats = analytics(window_minutes=minutes, now=now, using=using)
     context |= {
         "form": form,
         "window_label": WindowForm.WINDOWS[minutes],

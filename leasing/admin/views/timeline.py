@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from django.http import Http404, HttpRequest
 from django.template.response import TemplateResponse
 
+from ...conf import read_alias
 from ...console.durations import humanize_seconds
 from ...console.timeline import task_timeline
 from ...models import CheckpointType
@@ -26,7 +27,7 @@ def timeline_view(
     if not storable(task_id):
         raise Http404("No task has this id: it contains characters no task id can hold.")
     include_payloads = context["payloads_visible"]
-    timeline = task_timeline(task_id, include_payloads=include_payloads)
+    timeline = task_timeline(task_id, include_payloads=include_payloads, using=read_alias())
     if not timeline.entries and not timeline.items:
         raise Http404(f"No work items or checkpoints for task {task_id!r}.")
     first = timeline.entries[0].created_at if timeline.entries else None
