@@ -96,8 +96,8 @@ class Migration(migrations.Migration):
             name='WorkItemDependency',
             fields=[
                 ('pk', models.CompositePrimaryKey('dependency', 'dependent', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('dependency', models.ForeignKey(db_column='dependency_id', db_index=False, on_delete=django.db.models.deletion.DB_CASCADE, related_name='dependent_links', to='leasing.workitem')),
-                ('dependent', models.ForeignKey(db_column='dependent_id', db_index=False, on_delete=django.db.models.deletion.DB_CASCADE, related_name='dependency_links', to='leasing.workitem')),
+                ('dependency', models.ForeignKey(db_column='dependency_id', db_index=False, on_delete=getattr(django.db.models.deletion, 'DB_CASCADE', django.db.models.deletion.CASCADE), related_name='dependent_links', to='leasing.workitem')),
+                ('dependent', models.ForeignKey(db_column='dependent_id', db_index=False, on_delete=getattr(django.db.models.deletion, 'DB_CASCADE', django.db.models.deletion.CASCADE), related_name='dependency_links', to='leasing.workitem')),
             ],
             options={
                 'db_table': 'work_item_dependencies',

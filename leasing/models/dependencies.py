@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from .work_items import WorkItem
+from .work_items import DB_CASCADE, WorkItem
 
 
 class WorkItemDependency(models.Model):
@@ -20,14 +20,14 @@ class WorkItemDependency(models.Model):
     # item that completes or fails.
     dependency = models.ForeignKey(
         WorkItem,
-        on_delete=models.DB_CASCADE,
+        on_delete=DB_CASCADE,
         db_column="dependency_id",
         db_index=False,
         related_name="dependent_links",
     )
     dependent = models.ForeignKey(
         WorkItem,
-        on_delete=models.DB_CASCADE,
+        on_delete=DB_CASCADE,
         db_column="dependent_id",
         db_index=False,  # work_item_deps_dependent_idx
         related_name="dependency_links",

@@ -28,14 +28,20 @@ def pick_finished(d: Dialect, statuses: list[str], age_seconds: float, limit: in
 
 
 def delete_items(d: Dialect, item_ids: list[str]) -> list[Statement]:
-    """Delete these items and what depends on them: their checkpoints go, idempotency
-    keys stay (their cached responses outlive the item) and lose the link.
+    """Delete these items and what depends on them: their checkpoints and dependency
+    edges go, idempotency keys stay (their cached responses outlive the item) and lose the link.
 
     The dependent rows are handled here rather than by the foreign keys' ON
     DELETE, which only Django 6.1 declares.
     """
     ids_sql, ids_params = d.in_list("work_item_id", item_ids)
+    dependency_sql, dependency_params = d.in_list("dependency_id", item_ids)
+    dependent_sql, dependent_params = d.in_list("dependent_id", item_ids)
     return [
+        (
+            f"DELETE FROM work_item_dependencies WHERE {dependency_sql} OR {dependent_sql}",
+            [*dependency_params, *dependent_params],
+        ),
         (f"DELETE FROM checkpoints WHERE {ids_sql}", ids_params),
         (f"UPDATE idempotency_keys SET work_item_id = NULL WHERE {ids_sql}", ids_params),
         (f"DELETE FROM work_items WHERE {ids_sql} RETURNING work_item_id", ids_params),
