@@ -57,14 +57,19 @@ def heartbeat_below_lease(interval: float, lease_duration: float) -> None:
         )
 
 
+# The largest integer a database column (bigint) stores: no integer the API
+# takes may be larger, or the driver raises instead of a clear error.
+MAX_BIGINT = 2**63 - 1
+
+
 def integer(
-    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+    name: str, value: Any, *, minimum: int | None = None, maximum: int = MAX_BIGINT
 ) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{name} must be an integer, got {value!r}.")
     if minimum is not None and value < minimum:
         raise InvalidInput(f"{name} must be at least {minimum}, got {value}.")
-    if maximum is not None and value > maximum:
+    if value > maximum:
         raise InvalidInput(f"{name} must be at most {maximum}, got {value}.")
     return value
 

@@ -633,3 +633,12 @@ def test_select_all_acts_on_the_whole_filtered_list_within_a_limit(
     forged = {**fields, "action": "force_fail_selected"}
     operator_client.post(changelist_url("status__exact=pending"), forged)
     assert all(row(pk)["status"] == "pending" for pk in stale)
+
+
+def test_dashboard_and_timeline_show_their_tools_once_on_every_django(scenario, viewer_client):
+    # Django 6.0 renders `object-tools` inside `content`, which these pages
+    # override; 6.1 renders it beside the title. Either way the links are there once.
+    dashboard = viewer_client.get("/admin/leasing/workitem/dashboard/?refresh=0")
+    assert dashboard.content.decode().count(">Top errors</a>") == 1
+    timeline = viewer_client.get("/admin/leasing/workitem/timeline/task-healthy/")
+    assert timeline.content.decode().count(">Checkpoint list</a>") == 1

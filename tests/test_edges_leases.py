@@ -68,7 +68,9 @@ def test_the_sweep_reports_a_lease_that_ran_into_its_deadline_as_a_time_out(make
 def test_a_stuck_handler_is_timed_out_by_its_worker(spawn, tmp_path: Path):
     record = tmp_path / "runs.txt"
     stuck = enqueue("stuck", "test.stuck", {"seconds": 30})  # timeout=2, max_retries=0
-    after = enqueue("after", "test.echo", {"n": 1}, priority=-1)
+    # Half a second of work after the stuck item, so the stuck handler's thread
+    # (it polls ctx.lease_lost every 50 ms) gets to run before the burst worker exits.
+    after = enqueue("after", "test.sleep", {"seconds": 0.5}, priority=-1)
     started = time.monotonic()
     proc = spawn(
         "manage.py",

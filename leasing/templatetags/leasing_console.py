@@ -28,6 +28,18 @@ def percent(fraction: Any) -> str:
     return f"{100 * fraction:.1f} %"
 
 
+@register.simple_tag
+def leasing_tools_in_content() -> bool:
+    """Whether the admin's base template renders `object-tools` inside `content`.
+
+    Django 6.0 does, so a page that overrides `content` must render its tools
+    itself; Django 6.1 renders them beside the title, outside `content`.
+    """
+    import django
+
+    return django.VERSION < (6, 1)
+
+
 @register.simple_tag(takes_context=True)
 def leasing_nonce_attr(context: Any) -> str:
     """` nonce="..."` for the page's CSP nonce, if it has one (Django 6.1's
