@@ -90,7 +90,9 @@ def lock_statement(limits: Limits) -> Statement:
     return sql, [sorted(set(limits.lock_keys()))]
 
 
-def _room_cte(limits: Limits) -> Statement:
+def _room_cte(limits: Limits, *, after_done: bool) -> Statement:
+    """Each limited key's room. `after_done`: the statement also completes held items
+    (CTE `done`); those still count as in flight in its snapshot, so they are taken off."""
     rows: list[str] = []
     params: list[Any] = []
     for kind, column, pairs in (
@@ -101,9 +103,11 @@ def _room_cte(limits: Limits) -> Statement:
             rows.append(
                 f"SELECT '{kind}' AS kind, CAST(%s AS TEXT) AS name, %s AS cap, "
                 f"(SELECT count(*) FROM work_items WHERE status = {IN_PROGRESS} "
-                f"AND {column} = %s) AS used"
+                f"AND {column} = %s)"
+                + (f" - (SELECT count(*) FROM done WHERE {column} = %s)" if after_done else "")
+                + " AS used"
             )
-            params += [name, limit, name]
+            params += [name, limit, name, *([name] if after_done else [])]
     sql = f"""room AS (
         SELECT kind, name, CASE WHEN used < cap THEN cap - used ELSE 0 END AS room
         FROM ({" UNION ALL ".join(rows)}) AS counted
@@ -111,16 +115,26 @@ def _room_cte(limits: Limits) -> Statement:
     return sql, params
 
 
-def _room_of(kind: str) -> str:
-    """At most `n` (the first parameter), at most the room of the key (the second)."""
-    return (
-        "COALESCE((SELECT CASE WHEN room < %s THEN room ELSE %s END FROM room "
-        f"WHERE kind = '{kind}' AND name = %s), 0)"
-    )
+def _trim(rows: str, kind: str, column: str, order: str) -> str:
+    """Keep each limited key's first `room` rows of `rows`, in claim order."""
+    return f"""
+        SELECT * FROM (
+            SELECT k.*, row_number() OVER (PARTITION BY {column} ORDER BY {order}) AS nth_{kind}
+            FROM ({rows}) AS k
+        ) AS r{kind}
+        WHERE NOT EXISTS (SELECT 1 FROM room WHERE kind = '{kind}'
+                          AND name = r{kind}.{column} AND r{kind}.nth_{kind} > room)
+    """
 
 
 def limited_candidates(
-    d: Dialect, where: str, where_params: list[Any], n: int, limits: Limits
+    d: Dialect,
+    where: str,
+    where_params: list[Any],
+    n: int,
+    limits: Limits,
+    *,
+    after_done: bool = False,
 ) -> Statement:
     """CTEs ending in `candidate(work_item_id)`: what a limited claim takes (see the module)."""
     lock = f" {d.lock_skip_locked()}" if d.is_postgres else ""
@@ -128,58 +142,52 @@ def limited_candidates(
         f"work_item_id, queue_name, work_type, priority, {AVAILABLE_AT} AS available_at, created_at"
     )
     order = CLAIM_ORDER.replace(AVAILABLE_AT, "available_at")
-    room_sql, params = _room_cte(limits)
+    room_sql, params = _room_cte(limits, after_done=after_done)
     ctes = [room_sql]
     limited_queues = [q for q, _ in limits.queues]
     limited_types = [t for t, _ in limits.work_types]
 
-    def branch(extra: str, extra_params: list[Any], limit: str, limit_params: list[Any]) -> None:
-        ctes.append(
-            f"c{len(ctes)} AS (SELECT {columns} FROM work_items WHERE {where} {extra} "
-            f"ORDER BY {CLAIM_ORDER} LIMIT {limit}{lock})"
-        )
-        params.extend([*where_params, *extra_params, *limit_params])
+    def cell(column: str, name: str | None, limited: list[str]) -> Statement:
+        """One key of a column, or (None) every value that is not limited."""
+        if name is not None:
+            return f"AND {column} = %s", [name]
+        if not limited:
+            return "", []
+        clause, clause_params = d.in_list(column, limited)
+        return f"AND NOT ({clause})", clause_params
 
-    not_limited = ""
-    not_limited_params: list[Any] = []
-    for column, names in (("queue_name", limited_queues), ("work_type", limited_types)):
-        if names:
-            clause, clause_params = d.in_list(column, names)
-            not_limited += f" AND NOT ({clause})"
-            not_limited_params += clause_params
-    branch(not_limited, not_limited_params, "%s", [n])
-    capped_types = f"(SELECT name FROM room WHERE kind = '{WORK_TYPE}' AND room = 0)"
-    for queue in limited_queues:
-        branch(
-            f"AND queue_name = %s AND work_type NOT IN {capped_types}",
-            [queue],
-            _room_of(QUEUE),
-            [n, n, queue],
+    def room_of(kind: str, name: str | None) -> Statement:
+        if name is None:
+            return "%s", [n]
+        return (
+            f"COALESCE((SELECT room FROM room WHERE kind = '{kind}' AND name = %s), 0)",
+            [name],
         )
-    queues_clause, queues_params = ("", [])
-    if limited_queues:
-        clause, clause_params = d.in_list("queue_name", limited_queues)
-        queues_clause, queues_params = f"AND NOT ({clause})", clause_params
-    for work_type in limited_types:
-        branch(
-            f"AND work_type = %s {queues_clause}",
-            [work_type, *queues_params],
-            _room_of(WORK_TYPE),
-            [n, n, work_type],
-        )
-    union = " UNION ALL ".join(f"SELECT * FROM c{i}" for i in range(1, len(ctes)))
+
+    # One branch per (queue, work type) cell: a limited key or "any unlimited one".
+    for queue in [*limited_queues, None]:
+        for work_type in [*limited_types, None]:
+            q_sql, q_params = cell("queue_name", queue, limited_queues)
+            t_sql, t_params = cell("work_type", work_type, limited_types)
+            q_room, q_room_params = room_of(QUEUE, queue)
+            t_room, t_room_params = room_of(WORK_TYPE, work_type)
+            # The fewest of n and the rooms, each in its own bounded subquery.
+            limit = (
+                f"(SELECT min(x) FROM (SELECT %s AS x UNION ALL SELECT {q_room} "
+                f"UNION ALL SELECT {t_room}) AS rooms)"
+            )
+            ctes.append(
+                f"c{len(ctes)} AS (SELECT {columns} FROM work_items "
+                f"WHERE {where} {q_sql} {t_sql} ORDER BY {CLAIM_ORDER} LIMIT {limit}{lock})"
+            )
+            params.extend([*where_params, *q_params, *t_params, n, *q_room_params, *t_room_params])
+    rows = " UNION ALL ".join(f"SELECT * FROM c{i}" for i in range(1, len(ctes)))
+    # A limited type's rows come from several cells, and so do a limited
+    # queue's: keep each key's first `room` in claim order (type, then queue).
     if limited_types:
-        # Items of a limited type can come from several branches: keep each
-        # type's first `room` of them in claim order.
-        ranked = f"""
-            SELECT u.*, row_number() OVER (PARTITION BY work_type ORDER BY {order}) AS nth
-            FROM ({union}) AS u
-        """
-        union = f"""
-            SELECT * FROM ({ranked}) AS r
-            WHERE NOT EXISTS (SELECT 1 FROM room WHERE kind = '{WORK_TYPE}'
-                              AND name = r.work_type AND r.nth > room)
-        """
-    ctes.append(f"candidate AS (SELECT work_item_id FROM ({union}) AS t ORDER BY {order} LIMIT %s)")
+        rows = _trim(rows, WORK_TYPE, "work_type", order)
+    if limited_queues:
+        rows = _trim(rows, QUEUE, "queue_name", order)
+    ctes.append(f"candidate AS (SELECT work_item_id FROM ({rows}) AS t ORDER BY {order} LIMIT %s)")
     params.append(n)
     return ", ".join(ctes), params

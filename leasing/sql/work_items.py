@@ -163,6 +163,8 @@ def claim_ctes(
     terms: LeaseTerms,
     filters: ClaimFilters,
     limits: Limits = NO_LIMITS,
+    *,
+    after_done: bool = False,
 ) -> Statement:
     """PostgreSQL: CTEs `candidate` and `claimed` (the claimed rows' lease columns).
 
@@ -173,16 +175,25 @@ def claim_ctes(
     """
     if limits:
         where, where_params = _where(d, filters)
-        candidates, candidate_params = limited_candidates(d, where, where_params, n, limits)
+        candidates, candidate_params = limited_candidates(
+            d, where, where_params, n, limits, after_done=after_done
+        )
     else:
         candidates, candidate_params = _candidates(d, filters, n)
         candidates = f"candidate AS ({candidates} {d.lock_skip_locked()})"
     set_sql, set_params = _claim_set(d, holder, terms)
+    # The limited candidates are a few ids behind window functions; an array
+    # of them keeps the UPDATE a primary-key lookup whatever the estimates.
+    target = (
+        "WHERE work_items.work_item_id = ANY(ARRAY(SELECT work_item_id FROM candidate))"
+        if limits
+        else "FROM candidate WHERE work_items.work_item_id = candidate.work_item_id"
+    )
     sql = f"""
         {candidates},
         claimed AS (
             UPDATE work_items SET {set_sql}
-            FROM candidate WHERE work_items.work_item_id = candidate.work_item_id
+            {target}
             RETURNING {_returning("work_items")}
         )
     """
@@ -248,7 +259,7 @@ def complete_batch_postgres(d: Dialect) -> str:
         UPDATE work_items AS w SET {_completed_set(d, "v.output::jsonb")}
         FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
         WHERE w.work_item_id = v.id AND {fence("w", token="v.token")} AND NOT w.has_dependents
-        RETURNING w.work_item_id, w.lease_token
+        RETURNING w.work_item_id, w.lease_token, w.queue_name, w.work_type
     """
 
 
@@ -284,10 +295,10 @@ def complete_and_claim(
 
     Both are data-modifying CTEs on disjoint rows (held `in_progress` vs
     `pending`), so a busy worker pays one round trip per batch. The claim is
-    `claim_ctes`, gates included (the completions are invisible to its
-    in-flight counts, which only makes them err low).
+    `claim_ctes`, gates included: the limits' in-flight counts take off the
+    items this statement completes (its snapshot still sees them in flight).
     """
-    ctes, claim_params = claim_ctes(d, holder, n, terms, filters, limits)
+    ctes, claim_params = claim_ctes(d, holder, n, terms, filters, limits, after_done=True)
     done_columns = ", ".join(
         c if c in ("work_item_id", "lease_token") else "NULL" for c in LEASE_COLUMNS
     )
