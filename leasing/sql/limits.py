@@ -81,10 +81,17 @@ class Limits:
 
 
 def lock_statement(limits: Limits) -> Statement:
-    """PostgreSQL: the advisory lock of each limited key, in code-point order (no cycles)."""
+    """PostgreSQL: the advisory lock of each limited key, in code-point order (no cycles).
+
+    Also switches JIT off for the rest of the transaction (`set_config(...,
+    true)` is SET LOCAL): the limited claim sorts a few rows for its window
+    functions, and with sorts discouraged (`Dialect.in_claim_order`) its cost
+    estimate crosses the JIT thresholds, and compiling costs seconds.
+    """
     sql = """
-        SELECT count(pg_advisory_xact_lock(hashtextextended('leasing.limit:' || k, 0)))
-            AS locked
+        SELECT set_config('jit', 'off', true) AS jit,
+               count(pg_advisory_xact_lock(hashtextextended('leasing.limit:' || k, 0)))
+                   AS locked
         FROM (SELECT k FROM unnest(%s::text[]) AS u(k) ORDER BY k COLLATE "C") AS o
     """
     return sql, [sorted(set(limits.lock_keys()))]
