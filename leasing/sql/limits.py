@@ -7,14 +7,19 @@ built differently from the plain claim; every other claim is unchanged.
 
 * `room`: per limited key, the limit minus its in-flight rows (counted
   through the partial index `work_items_in_flight_idx`), never below 0.
-* One branch of candidates per limited queue and per limited work type,
-  each at most its room, plus one branch for everything unlimited (at most
-  `n`): a queue at its limit costs no claim slots, so a worker keeps its
-  batch full of other work. Each branch walks the claim index in claim
-  order, as a claim filtered to one queue does.
-* An item of a limited queue that also has a limited work type is taken by
-  its queue's branch; the union is trimmed to each limited type's room by
-  rank within the type, then to `n` in claim order.
+* One branch of candidates per cell of (each limited queue, or any unlimited
+  queue) x (each limited work type, or any unlimited type), each at most the
+  smallest of `n` and its keys' rooms; a cell whose room is 0 reads nothing.
+  A queue at its limit so costs the claim no slots: the batch fills with
+  other work. Each branch walks the claim index in claim order, as a claim
+  filtered to one queue does (that walk is the price of a limit).
+* A limited key's items come from several cells: the union is trimmed to
+  each limited type's room, then each limited queue's, by rank in claim
+  order, then to `n`. The trims can leave a slot unused in a rare mix of
+  limits (a row kept by its type's trim, then dropped by its queue's); never
+  one too many.
+* In the batch statement that also completes items (CTE `done`), the counts
+  take off the items it completes: its snapshot still sees them in flight.
 
 On PostgreSQL a count is only as good as the statement's snapshot, so two
 concurrent claimers could each see room for the same slot. Claims of a
