@@ -35,7 +35,7 @@ CLAIM = """
 SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off;
 WITH picked AS (
     SELECT work_item_id FROM work_items
-    WHERE status = 'pending'
+    WHERE status = 'pending' AND dependencies_left = 0
       AND COALESCE(run_after, created_at) <= statement_timestamp()
       AND work_type = %(work_type)s
     ORDER BY priority DESC, COALESCE(run_after, created_at), created_at, work_item_id
