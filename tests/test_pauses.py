@@ -154,3 +154,21 @@ def test_the_command_refuses_a_queue_and_a_work_type_together():
     with pytest.raises(CommandError, match="one of the arguments"):
         call("--reason", "r")
     assert Pause.objects.count() == 0
+
+
+def test_metrics_report_a_paused_queue(leasing_settings):
+    from django.test import Client
+    from prometheus_client.parser import text_string_to_metric_families
+
+    leasing_settings(METRICS_TOKEN="t0ken")
+    enqueue(1, "emails")
+    enqueue(1, "reports")
+    leasing.pause(queue="emails", by="ops", reason="outage")
+    body = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t0ken").content.decode()
+    paused = {
+        s.labels["queue"]: s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name == "leasing_queue_paused"
+    }
+    assert paused == {"emails": 1, "reports": 0}
