@@ -83,6 +83,10 @@ class LeasingSettings:
 
     # Periodic work (README "Schedules"): name -> validated ScheduleSpec.
     schedules: dict[str, ScheduleSpec] = field(default_factory=dict)
+    # Global concurrency limits: at most N items in flight (claimed, not yet
+    # finished) per queue / per work type, across every worker and host.
+    queue_limits: dict[str, int] = field(default_factory=dict)
+    work_type_limits: dict[str, int] = field(default_factory=dict)
 
 
 _POSITIVE_NUMBERS = {
@@ -141,6 +145,8 @@ def _check_value(name: str, value: Any) -> Any:
         if value is not None and (not isinstance(value, str) or not value):
             raise LeasingConfigurationError(f"{key} must be a database alias or None.")
         return value
+    if name in ("queue_limits", "work_type_limits"):
+        return _check_limits(key, value)
     if name == "metrics_token":
         if value is not None and (not isinstance(value, str) or not value):
             raise LeasingConfigurationError(f"{key} must be a non-empty string or None.")
@@ -168,6 +174,24 @@ def parse_schedules(value: Any) -> dict[str, ScheduleSpec]:
             raise ScheduleConfigurationError(f"LEASING['SCHEDULES']: {exc}") from None
         specs[spec.name] = spec
     return specs
+
+
+def _check_limits(key: str, value: Any) -> dict[str, int]:
+    """A dict of non-empty names to positive integers (the most in flight at once)."""
+    if not isinstance(value, dict):
+        raise LeasingConfigurationError(
+            f"{key} must be a dict of name to a positive integer, got {type(value).__name__}."
+        )
+    limits: dict[str, int] = {}
+    for name, limit in value.items():
+        if not isinstance(name, str) or not name.strip():
+            raise LeasingConfigurationError(f"{key} keys must be non-empty strings, got {name!r}.")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise LeasingConfigurationError(
+                f"{key}[{name!r}] must be a positive integer, got {limit!r}."
+            )
+        limits[name] = limit
+    return limits
 
 
 def build_settings(overrides: dict[str, Any] | None) -> LeasingSettings:

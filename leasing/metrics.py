@@ -36,7 +36,9 @@ Metrics (all prefixed `leasing_`):
 `queue_pending{queue,work_type}`       gauge    pending items per queue and work type
 `queue_in_flight{queue,work_type}`     gauge    in-progress items per queue and work type
 `queue_unserved{queue,work_type}`      gauge    1 when items are pending and no live worker
-                                                takes that work type from that queue
+                                                takes that work type from that queue (not
+                                                when paused)
+`queue_paused{queue,work_type}`        gauge    1 when the queue or the work type is paused
 `run_seconds{work_type,quantile}`      gauge    run time of the last attempt of items completed
                                                 in the last hour: p50 and p95
 `leases_near_cap`                      gauge    live leases within 5 minutes of their hard cap
@@ -168,6 +170,7 @@ class LeasingCollector:
             families["queue_pending"].add_metric(labels, row.pending)
             families["queue_in_flight"].add_metric(labels, row.in_flight)
             families["queue_unserved"].add_metric(labels, int(row.unserved))
+            families["queue_paused"].add_metric(labels, int(row.paused))
         for work_type, quantiles in _run_seconds(queues).items():
             for quantile, seconds in quantiles.items():
                 families["run_seconds"].add_metric([work_type, quantile], seconds)
@@ -242,6 +245,11 @@ class LeasingCollector:
                 "queue_unserved",
                 "1 when items of this queue and work type are pending and no live worker takes "
                 "them.",
+                QUEUE_LABELS,
+            ),
+            "queue_paused": gauge(
+                "queue_paused",
+                "1 when this queue or this work type is paused (leasing.pause()).",
                 QUEUE_LABELS,
             ),
             "run_seconds": gauge(
@@ -320,9 +328,7 @@ def answer_when_unavailable(
         try:
             return view(request, *args, **kwargs)
         except MetricsUnavailable as exc:
-            return HttpResponse(
-                f"{exc}\n", status=503, content_type="text/plain; charset=utf-8"
-            )
+            return HttpResponse(f"{exc}\n", status=503, content_type="text/plain; charset=utf-8")
 
     return wrapper
 

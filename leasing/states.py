@@ -83,3 +83,10 @@ class WorkerStatus(models.TextChoices):
     STOPPING = "stopping", "Stopping"
     STOPPED = "stopped", "Stopped"
     LOST = "lost", "Lost"
+
+
+class PauseKind(models.TextChoices):
+    """What a pause stops claims of (see `leasing.pause()`)."""
+
+    QUEUE = "queue", "Queue"
+    WORK_TYPE = "work_type", "Work type"

@@ -62,9 +62,7 @@ def heartbeat_below_lease(interval: float, lease_duration: float) -> None:
 MAX_BIGINT = 2**63 - 1
 
 
-def integer(
-    name: str, value: Any, *, minimum: int | None = None, maximum: int = MAX_BIGINT
-) -> int:
+def integer(name: str, value: Any, *, minimum: int | None = None, maximum: int = MAX_BIGINT) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{name} must be an integer, got {value!r}.")
     if minimum is not None and value < minimum:

@@ -1,5 +1,8 @@
 """Test settings: the project's, plus the handlers the test suite runs."""
 
+import json
+import os
+
 from project.settings import *  # noqa: F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]  # noqa: F405
@@ -10,3 +13,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The suite enqueues many work types that no handler serves (a claim or sweep
 # test needs no handler). Refusing such types is tested with this set to False.
 LEASING = {**LEASING, "ALLOW_UNREGISTERED_TYPES": True}  # noqa: F405
+
+# Worker subprocesses of a test can be given extra LEASING keys as JSON
+# (say the concurrency limits): LEASING_TEST_SETTINGS='{"QUEUE_LIMITS": {"q": 3}}'.
+if os.environ.get("LEASING_TEST_SETTINGS"):
+    LEASING = {**LEASING, **json.loads(os.environ["LEASING_TEST_SETTINGS"])}

@@ -147,8 +147,7 @@ def test_tasks_backend_without_the_app_is_a_check_error(tmp_path):
 def test_tasks_backend_without_the_app_refuses_clearly_at_first_use(tmp_path):
     env = site_settings(
         tmp_path,
-        default_sqlite(tmp_path)
-        + WITHOUT_LEASING,
+        default_sqlite(tmp_path) + WITHOUT_LEASING,
     )
     code = (
         "import django; django.setup()\n"
@@ -162,7 +161,11 @@ def test_tasks_backend_without_the_app_refuses_clearly_at_first_use(tmp_path):
         "    print('refused:', exc)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr

@@ -15,6 +15,7 @@ from django.utils.dateparse import parse_datetime
 
 from ..console.backlog import THROUGHPUT_WINDOWS
 from ..models import WorkItem
+from ..states import PauseKind
 
 BIGINT_MAX = 2**63 - 1
 
@@ -191,3 +192,20 @@ class DashboardForm(forms.Form):
         if 0 < refresh < 5:
             refresh = 5  # a page that reloads faster than it renders helps nobody
         return self.cleaned_data["window"], refresh
+
+
+class PauseForm(forms.Form):
+    """Pause or resume one queue or work type: what, and why (recorded with it)."""
+
+    action = forms.ChoiceField(choices=[("pause", "Pause"), ("resume", "Resume")])
+    kind = forms.ChoiceField(choices=PauseKind.choices, label="What")
+    name = forms.CharField(max_length=255, strip=False, label="Name")
+    reason = reason_field()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields[
+            "reason"
+        ].help_text = (
+            "Required. Recorded with your user name in the pauses table and the admin log."
+        )

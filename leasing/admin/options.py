@@ -186,6 +186,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
         ("errors/", views.errors_view, "errors"),
         ("errors/retry/", views.retry_group_view, "errors_retry"),
         ("history/", views.history_view, "history"),
+        ("pauses/", views.pauses_view, "pauses"),
     )
 
     def get_urls(self) -> list[URLPattern]:

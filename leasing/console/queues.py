@@ -24,7 +24,9 @@ from django.db import connections
 from django.db.models import Aggregate, Count, DurationField, F, Min, Q
 from django.db.models.functions import Now
 
-from ..models import WorkItem, WorkItemStatus
+from ..conf import get_settings
+from ..models import Pause, WorkItem, WorkItemStatus
+from ..states import PauseKind
 from .census import FINISHED
 from .durations import age
 from .processes import ProcessInfo
@@ -64,6 +66,13 @@ class QueueRow:
     p95_seconds: float | None = None
     live_workers: int = 0
     worker_ids: tuple[str, ...] = ()
+    # The claim gates: pauses and LEASING concurrency limits (None: no limit).
+    queue_paused: bool = False
+    type_paused: bool = False
+    queue_limit: int | None = None
+    queue_in_flight: int = 0  # the whole queue's, every work type
+    type_limit: int | None = None
+    type_in_flight: int = 0  # the whole work type's, every queue
 
     @property
     def claimable(self) -> int:
@@ -76,7 +85,11 @@ class QueueRow:
 
     @property
     def unserved(self) -> bool:
-        return self.pending > 0 and self.live_workers == 0
+        return self.pending > 0 and self.live_workers == 0 and not self.paused
+
+    @property
+    def paused(self) -> bool:
+        return self.queue_paused or self.type_paused
 
 
 def serves(process: ProcessInfo, queue_name: str, work_type: str) -> bool:
@@ -122,12 +135,43 @@ def queue_table(
         row(r["queue_name"], r["work_type"])["in_flight"] = r["n"]
     _finished(row, window_start, using)
     live = [w for w in workers if w.liveness.alive]
+    gates = _gates(parts.values(), using)
     built = []
     for (queue_name, work_type), values in parts.items():
         serving = tuple(w.worker_id for w in live if serves(w, queue_name, work_type))
-        built.append(QueueRow(**values, live_workers=len(serving), worker_ids=serving[:5]))
+        built.append(
+            QueueRow(
+                **values,
+                **gates(queue_name, work_type),
+                live_workers=len(serving),
+                worker_ids=serving[:5],
+            )
+        )
     built.sort(key=lambda r: (not r.unserved, -r.pending, -r.in_flight, r.queue_name, r.work_type))
     return tuple(built[:ROWS_SHOWN])
+
+
+def _gates(rows: Iterable[dict[str, Any]], using: str) -> Any:
+    """The pause and limit fields of a row, from the active pauses and the settings."""
+    paused = set(Pause.objects.using(using).active().values_list("kind", "name"))
+    conf = get_settings()
+    by_queue: dict[str, int] = defaultdict(int)
+    by_type: dict[str, int] = defaultdict(int)
+    for values in rows:
+        by_queue[values["queue_name"]] += values.get("in_flight", 0)
+        by_type[values["work_type"]] += values.get("in_flight", 0)
+
+    def gates(queue_name: str, work_type: str) -> dict[str, Any]:
+        return {
+            "queue_paused": (PauseKind.QUEUE, queue_name) in paused,
+            "type_paused": (PauseKind.WORK_TYPE, work_type) in paused,
+            "queue_limit": conf.queue_limits.get(queue_name),
+            "queue_in_flight": by_queue[queue_name],
+            "type_limit": conf.work_type_limits.get(work_type),
+            "type_in_flight": by_type[work_type],
+        }
+
+    return gates
 
 
 def _finished(row: Any, window_start: datetime, using: str) -> None:

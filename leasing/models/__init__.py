@@ -1,5 +1,5 @@
 """The tables, declared as models: `work_items`, `checkpoints`, `idempotency_keys`,
-`workers`, `work_item_dependencies` and `schedules`.
+`workers`, `work_item_dependencies`, `schedules` and `leasing_pauses`.
 
 Table and column names are the product's documented schema, so monitoring SQL
 written against the tables runs unchanged. State changes do not live here:
@@ -11,6 +11,7 @@ admin and console share.
 from .checkpoints import Checkpoint, CheckpointQuerySet, CheckpointType
 from .dependencies import WorkItemDependency
 from .idempotency import IdempotencyKey, IdempotencyKeyQuerySet, IdempotencyStatus
+from .pauses import Pause, PauseQuerySet
 from .processes import Worker, WorkerQuerySet, WorkerRole, WorkerStatus
 from .schedules import MissedPolicy, Schedule
 from .work_items import LeaseHealth, WorkItem, WorkItemQuerySet, WorkItemStatus
@@ -24,6 +25,8 @@ __all__ = [
     "IdempotencyStatus",
     "LeaseHealth",
     "MissedPolicy",
+    "Pause",
+    "PauseQuerySet",
     "Schedule",
     "WorkItem",
     "WorkItemDependency",

@@ -314,6 +314,14 @@ class WorkItem(models.Model):
                 name="work_items_lease_expiry_idx",
                 condition=Q(status=WorkItemStatus.IN_PROGRESS),
             ),
+            # In-flight items by queue and work type: the claim counts them
+            # against LEASING["QUEUE_LIMITS"] / ["WORK_TYPE_LIMITS"] (only the
+            # in-flight rows are in it, so a count reads a handful of entries).
+            models.Index(
+                fields=["queue_name", "work_type"],
+                name="work_items_in_flight_idx",
+                condition=Q(status=WorkItemStatus.IN_PROGRESS),
+            ),
             models.Index(
                 fields=["lease_holder", "status"],
                 name="work_items_holder_idx",

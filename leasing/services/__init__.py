@@ -9,6 +9,7 @@ Each module owns one concern and is the only caller of its statements:
 * `checkpoints` appending checkpoints, `resume_state()`, retention;
 * `idempotency` `run_once()`;
 * `operations`  operator actions (force-release, force-fail, retry);
+* `pauses`      `pause()`, `resume()`: stop and restart claims of a queue or work type;
 * `processes`   worker and sweep processes in the `workers` table;
 * `retention`   purging finished items;
 * `held`, `terms` the lease value types and the validated claim terms.

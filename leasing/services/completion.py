@@ -23,7 +23,8 @@ from ..sql.work_items import ClaimFilters, LeaseTerms
 from .dependencies import finish_with_dependents
 from .endings import fail_attempt
 from .held import Lease
-from .leases import LeaseManager
+from .leases import LeaseManager, gated_run
+from .terms import claim_limits
 
 Finished = tuple[Lease, str | None]  # a lease and its handler's output, encoded as JSON
 
@@ -134,9 +135,10 @@ def complete_and_claim(
         completion = complete(manager, done)
         return completion, manager.claim(n, terms, filters)
     rows_of = [(lease.work_item_id, lease.token, output) for lease, output in done]
-    statement = sql.complete_and_claim(d, manager.worker_id, rows_of, n, terms, filters)
+    limits = claim_limits(filters)
+    statement = sql.complete_and_claim(d, manager.worker_id, rows_of, n, terms, filters, limits)
     try:
-        rows = run(manager.using, statement)
+        rows = gated_run(manager.using, statement, limits)
     except DatabaseError as exc:
         if is_infrastructure_error(exc):
             raise

@@ -24,16 +24,31 @@ from ..exceptions import InvalidInput
 from ..sql import renewals
 from ..sql import work_items as sql
 from ..sql.dialect import Dialect
+from ..sql.limits import Limits, lock_statement
 from ..sql.new_items import notify
 from ..sql.renewals import Renewal
-from ..sql.runner import Statement, run, run_each, run_one, to_datetime
+from ..sql.runner import Statement, run, run_each, run_one, to_datetime, translate_db_errors
 from ..sql.work_items import ClaimFilters, LeaseTerms
 from .dependencies import finish_with_dependents
 from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, lease_from_row, outcome_from_row
 from .held import refusal as lease_refusal
-from .terms import claim_filters, claim_terms, error_text, retry_backoff_seconds
+from .terms import claim_filters, claim_limits, claim_terms, error_text, retry_backoff_seconds
 
 MAX_BATCH = 1000
+
+
+def gated_run(using: str, statement: Statement, limits: Limits) -> list[dict[str, Any]]:
+    """Run a claim; one that may touch a limited key first takes the keys' advisory locks.
+
+    PostgreSQL only: the locks and the claim share one transaction, and the
+    claim's snapshot is taken after the locks are granted (see
+    `leasing.sql.limits`). Without limits, or on SQLite, it is one statement.
+    """
+    if not limits or not Dialect(using).is_postgres:
+        return run(using, statement)
+    with translate_db_errors(), transaction.atomic(using=using):
+        run(using, lock_statement(limits))
+        return run(using, statement)
 
 
 class LeaseManager:
@@ -106,9 +121,15 @@ class LeaseManager:
         return self.claim(n, terms, filters)
 
     def claim(self, n: int, terms: LeaseTerms, filters: ClaimFilters) -> list[Lease]:
-        """Claim up to `n` items with terms and filters validated by the caller."""
-        rows = run(self.using, sql.claim(Dialect(self.using), self.worker_id, n, terms, filters))
-        return self.leases_from_rows(rows)
+        """Claim up to `n` items with terms and filters validated by the caller.
+
+        Paused queues and work types are skipped, and no configured
+        concurrency limit is exceeded (`gated_run`).
+        """
+        d = Dialect(self.using)
+        limits = claim_limits(filters)
+        statement = sql.claim(d, self.worker_id, n, terms, filters, limits)
+        return self.leases_from_rows(gated_run(self.using, statement, limits))
 
     def leases_from_rows(self, rows: Iterable[dict[str, Any]]) -> list[Lease]:
         """Claimed rows as leases, in claim order, remembered as held."""

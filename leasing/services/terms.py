@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from .. import validation
 from ..conf import get_settings
 from ..exceptions import InvalidInput
+from ..sql.limits import Limits
 from ..sql.snapshots import MAX_ERROR_CHARS, clean_text
 from ..sql.work_items import ClaimFilters, LeaseTerms
 
@@ -70,4 +71,14 @@ def claim_filters(
         work_types=None if work_types is None else tuple(work_types),
         queues=None if queues is None else tuple(queues),
         task_ids=None if task_ids is None else tuple(task_ids),
+    )
+
+
+def claim_limits(filters: ClaimFilters) -> Limits:
+    """The LEASING concurrency limits a claim with these filters may run into (often none)."""
+    conf = get_settings()
+    if not (conf.queue_limits or conf.work_type_limits):
+        return Limits()
+    return Limits.for_claim(
+        conf.queue_limits, conf.work_type_limits, filters.queues, filters.work_types
     )

@@ -24,6 +24,8 @@ from typing import Any
 
 from ..states import WorkItemStatus
 from .dialect import Dialect
+from .limits import AVAILABLE_AT, CLAIM_ORDER, Limits, limited_candidates
+from .pauses import NOT_PAUSED
 from .runner import Statement
 
 PENDING = f"'{WorkItemStatus.PENDING.value}'"
@@ -48,11 +50,8 @@ LEASE_COLUMNS = (
     "interruptions",
     "created_at",
 )
-# Claim order: priority, then the time the item became available (its
-# `run_after`, or its enqueue time), then enqueue order. The partial index
-# `work_items_claim_idx` has exactly these keys.
-AVAILABLE_AT = "COALESCE(run_after, created_at)"
-CLAIM_ORDER = f"priority DESC, {AVAILABLE_AT}, created_at, work_item_id"
+
+NO_LIMITS = Limits()
 
 LEASE_CLEARED = "lease_holder = NULL, lease_expires_at = NULL, lease_deadline_at = NULL"
 
@@ -127,7 +126,8 @@ def _claim_set(d: Dialect, holder: str, terms: LeaseTerms) -> Statement:
     return sql, [holder, *expiry_params, *deadline_params]
 
 
-def _candidates(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
+def _where(d: Dialect, filters: ClaimFilters) -> Statement:
+    """Which rows a claim may take: pending, available, allowed by its filters, not paused."""
     clauses: list[str] = []
     params: list[Any] = []
     for column, values in (
@@ -140,9 +140,16 @@ def _candidates(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
             clauses.append(f"AND {clause}")
             params += clause_params
     sql = f"""
-        SELECT work_item_id FROM work_items
-        WHERE status = {PENDING} AND dependencies_left = 0 AND {AVAILABLE_AT} <= {d.now}
-              {" ".join(clauses)}
+        status = {PENDING} AND dependencies_left = 0 AND {AVAILABLE_AT} <= {d.now}
+        {" ".join(clauses)} AND {NOT_PAUSED}
+    """
+    return sql, params
+
+
+def _candidates(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
+    where, params = _where(d, filters)
+    sql = f"""
+        SELECT work_item_id FROM work_items WHERE {where}
         ORDER BY {CLAIM_ORDER}
         LIMIT %s
     """
@@ -150,42 +157,84 @@ def _candidates(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
 
 
 def claim_ctes(
-    d: Dialect, holder: str, n: int, terms: LeaseTerms, filters: ClaimFilters
+    d: Dialect,
+    holder: str,
+    n: int,
+    terms: LeaseTerms,
+    filters: ClaimFilters,
+    limits: Limits = NO_LIMITS,
+    *,
+    after_done: bool = False,
 ) -> Statement:
     """PostgreSQL: CTEs `candidate` and `claimed` (the claimed rows' lease columns).
 
     The candidates are locked with SKIP LOCKED, so concurrent claimers never
-    pick the same row and never wait for one another.
+    pick the same row and never wait for one another. With `limits` the
+    candidates are picked by `leasing.sql.limits` (the caller holds their
+    advisory locks).
     """
-    candidates, candidate_params = _candidates(d, filters, n)
+    if limits:
+        where, where_params = _where(d, filters)
+        candidates, candidate_params = limited_candidates(
+            d, where, where_params, n, limits, after_done=after_done
+        )
+    else:
+        candidates, candidate_params = _candidates(d, filters, n)
+        candidates = f"candidate AS ({candidates} {d.lock_skip_locked()})"
     set_sql, set_params = _claim_set(d, holder, terms)
+    # The limited candidates are a few ids behind window functions; an array
+    # of them keeps the UPDATE a primary-key lookup whatever the estimates.
+    target = (
+        "WHERE work_items.work_item_id = ANY(ARRAY(SELECT work_item_id FROM candidate))"
+        if limits
+        else "FROM candidate WHERE work_items.work_item_id = candidate.work_item_id"
+    )
     sql = f"""
-        candidate AS ({candidates} FOR UPDATE SKIP LOCKED),
+        {candidates},
         claimed AS (
             UPDATE work_items SET {set_sql}
-            FROM candidate WHERE work_items.work_item_id = candidate.work_item_id
+            {target}
             RETURNING {_returning("work_items")}
         )
     """
     return sql, [*candidate_params, *set_params]
 
 
-def claim(d: Dialect, holder: str, n: int, terms: LeaseTerms, filters: ClaimFilters) -> Statement:
-    """Claim up to `n` items in claim order; returns their lease columns."""
+def claim(
+    d: Dialect,
+    holder: str,
+    n: int,
+    terms: LeaseTerms,
+    filters: ClaimFilters,
+    limits: Limits = NO_LIMITS,
+) -> Statement:
+    """Claim up to `n` items in claim order; returns their lease columns.
+
+    Paused queues and work types are skipped; with `limits` (on PostgreSQL
+    run after `leasing.sql.limits.lock_statement`, in one transaction) no
+    limited queue or type goes past its limit.
+    """
     if d.is_postgres:
-        ctes, params = claim_ctes(d, holder, n, terms, filters)
+        ctes, params = claim_ctes(d, holder, n, terms, filters, limits)
         sql = f"WITH {ctes} SELECT {', '.join(LEASE_COLUMNS)} FROM claimed"
         return d.in_claim_order(sql), params
     # SQLite has one writer at a time; the status re-check makes the UPDATE a
     # compare-and-swap even if the subquery saw an older row.
-    candidates, candidate_params = _candidates(d, filters, n)
     set_sql, set_params = _claim_set(d, holder, terms)
+    if limits:
+        where, where_params = _where(d, filters)
+        ctes, candidate_params = limited_candidates(d, where, where_params, n, limits)
+        prefix, candidates = f"WITH {ctes}", "SELECT work_item_id FROM candidate"
+        params = [*candidate_params, *set_params]
+    else:
+        candidates, candidate_params = _candidates(d, filters, n)
+        prefix, params = "", [*set_params, *candidate_params]
     sql = f"""
-        UPDATE work_items SET {set_sql}
+        {prefix} UPDATE work_items SET {set_sql}
         WHERE work_item_id IN ({candidates}) AND status = {PENDING}
         RETURNING {", ".join(LEASE_COLUMNS)}
     """
-    return sql, [*set_params, *candidate_params]
+    return sql, params
 
 
 # --- completion ---------------------------------------------------------------------------
@@ -210,7 +259,7 @@ def complete_batch_postgres(d: Dialect) -> str:
         UPDATE work_items AS w SET {_completed_set(d, "v.output::jsonb")}
         FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
         WHERE w.work_item_id = v.id AND {fence("w", token="v.token")} AND NOT w.has_dependents
-        RETURNING w.work_item_id, w.lease_token
+        RETURNING w.work_item_id, w.lease_token, w.queue_name, w.work_type
     """
 
 
@@ -240,13 +289,16 @@ def complete_and_claim(
     n: int,
     terms: LeaseTerms,
     filters: ClaimFilters,
+    limits: Limits = NO_LIMITS,
 ) -> Statement:
     """PostgreSQL: complete finished items and claim new ones in one statement.
 
     Both are data-modifying CTEs on disjoint rows (held `in_progress` vs
-    `pending`), so a busy worker pays one round trip per batch.
+    `pending`), so a busy worker pays one round trip per batch. The claim is
+    `claim_ctes`, gates included: the limits' in-flight counts take off the
+    items this statement completes (its snapshot still sees them in flight).
     """
-    ctes, claim_params = claim_ctes(d, holder, n, terms, filters)
+    ctes, claim_params = claim_ctes(d, holder, n, terms, filters, limits, after_done=True)
     done_columns = ", ".join(
         c if c in ("work_item_id", "lease_token") else "NULL" for c in LEASE_COLUMNS
     )

@@ -9,6 +9,14 @@ build template context; the operator actions they offer go through
 from .dashboard import dashboard_view
 from .errors import errors_view, retry_group_view
 from .history import history_view
+from .pauses import pauses_view
 from .timeline import timeline_view
 
-__all__ = ["dashboard_view", "errors_view", "history_view", "retry_group_view", "timeline_view"]
+__all__ = [
+    "dashboard_view",
+    "errors_view",
+    "history_view",
+    "pauses_view",
+    "retry_group_view",
+    "timeline_view",
+]

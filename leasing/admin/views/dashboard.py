@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.urls import reverse
 
 from ...conf import WRITE_DATABASE, read_alias
 from ...console.charts import retry_chart, throughput_chart
@@ -81,6 +82,8 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
         if data.retries_as_of is None
         else humanize_seconds((data.now - data.retries_as_of).total_seconds()),
         "sweep_since": humanize_seconds(data.sweep.seconds_since_last_scan),
+        "pauses_url": reverse(f"{model_admin.admin_site.name}:leasing_workitem_pauses"),
+        "can_pause": model_admin.has_force_release_permission(request),
     }
     return render_console(
         request, context, "admin/leasing/dashboard.html", "admin/leasing/dashboard/panels.html"

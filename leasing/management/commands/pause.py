@@ -1,0 +1,68 @@
+"""`python manage.py pause --queue emails --reason "..."`: pause or resume a queue or work type."""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from leasing.exceptions import InvalidInput
+from leasing.management.base import LeasingCommand, non_empty
+from leasing.models import Pause
+from leasing.services.pauses import pause, resume
+
+
+def default_actor() -> str:
+    try:
+        return f"{getpass.getuser()} (manage.py pause)"
+    except Exception:  # no user name in this environment
+        return "manage.py pause"
+
+
+class Command(LeasingCommand):
+    help = (
+        "Pause (or with --resume, resume) claims of one queue or one work type. Every worker "
+        "skips a paused queue or work type from its next claim; items in flight finish and "
+        "enqueues go on. --list shows the active pauses."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument("--queue", type=non_empty, help="The queue to pause or resume.")
+        which.add_argument("--work-type", type=non_empty, help="The work type to pause or resume.")
+        which.add_argument("--list", action="store_true", help="List the active pauses and exit.")
+        parser.add_argument("--resume", action="store_true", help="Resume instead of pausing.")
+        parser.add_argument(
+            "--reason", help="Why (required with --queue or --work-type; kept for the audit)."
+        )
+        parser.add_argument("--by", help="Who is pausing or resuming (default: the OS user name).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["list"]:
+            if options["resume"] or options["reason"] or options["by"]:
+                raise CommandError("--list takes no --resume, --reason or --by.")
+            self._list()
+            return
+        if options["reason"] is None:
+            raise CommandError("--reason is required: say why, it is kept for the audit.")
+        action = resume if options["resume"] else pause
+        try:
+            state = action(
+                queue=options["queue"],
+                work_type=options["work_type"],
+                by=options["by"] if options["by"] is not None else default_actor(),
+                reason=options["reason"],
+            )
+        except InvalidInput as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(state.describe())
+
+    def _list(self) -> None:
+        active = list(Pause.objects.active().order_by("kind", "name"))
+        if not active:
+            self.stdout.write("Nothing is paused.")
+        for p in active:
+            kind = p.get_kind_display().lower()
+            when = f"{p.paused_at:%Y-%m-%d %H:%M:%S} UTC"
+            self.stdout.write(f"{kind} {p.name!r}: paused {when} by {p.paused_by}: {p.reason}")
