@@ -1,4 +1,4 @@
-"""Benchmark: the admin dashboard, the lease-health list and a timeline at scale (SPEC §15).
+"""Benchmark: the admin dashboard, the lease-health list and a timeline at scale.
 
     .venv/bin/python bench/dashboard.py                 # 1,000,000 work items, 50,000 checkpoints
     .venv/bin/python bench/dashboard.py --rows 20000    # a quick smoke run
@@ -11,7 +11,7 @@ VACUUM ANALYZEs, then renders each page with Django's test Client as a
 superuser: a warm-up, then `--runs` timed requests. It prints a table and one
 JSON line per page (`{"page": ..., "median_ms": ..., "p95_ms": ...}`).
 
-SPEC §15's target: the dashboard, the work item list filtered by lease health
+The target: the dashboard, the work item list filtered by lease health
 and a timeline each under 300 ms median at 1,000,000 items (the exit status
 is 1 if one is not). Two extra lines for context: the unfiltered work item
 list, and the dashboard with its retry-distribution cache switched off
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             "dashboard": reverse("admin:leasing_workitem_dashboard"),
             "work items (stale)": f"{changelist}?lease_health=stale",
             "timeline": reverse("admin:leasing_workitem_timeline", args=["task-000001"]),
-            # Not a SPEC §15 page, but what an operator opens first.
+            # Not a page with a target, but what an operator opens first.
             "work items (all)": changelist,
         }
         with connection.cursor() as cursor:

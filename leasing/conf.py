@@ -28,7 +28,7 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class LeasingSettings:
-    # Leases (SPEC §5, §6)
+    # Leases
     lease_duration: float = 300.0
     heartbeat_interval: float = 30.0
     heartbeat_max_failures: int = 3
@@ -37,23 +37,23 @@ class LeasingSettings:
     retry_backoff_max: float = 3600.0
     retry_jitter: float = 0.25
 
-    # Recovery sweep (SPEC §9)
+    # Recovery sweep
     sweep_interval: float = 60.0
     sweep_batch_size: int = 2000
     checkpoint_retention: int = 100
 
-    # Dashboard (SPEC §12)
+    # Dashboard
     stale_heartbeat: float = 120.0
 
-    # Idempotency keys (SPEC §10)
+    # Idempotency keys
     idempotency_ttl: float = 24 * 3600.0
 
-    # Proof-of-work lease extender (SPEC §7.2)
+    # Proof-of-work lease extender
     extender_interval: float = 60.0
     extender_extension: float = 300.0
     extender_enabled: bool = True
 
-    # Bad input (SPEC §14)
+    # Bad input
     max_payload_bytes: int = MIB
 
     # The most a lease can live from its claim, whatever its renewals (per-type

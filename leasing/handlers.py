@@ -1,4 +1,4 @@
-"""Handlers: the registry of work types, and the context a handler runs with (SPEC §11.1).
+"""Handlers: the registry of work types, and the context a handler runs with.
 
     from leasing.handlers import handler
 

@@ -1,4 +1,4 @@
-"""Argument checks shared by the services (SPEC §14).
+"""Argument checks shared by the services.
 
 Each check raises a specific `InvalidInput` subclass before any row is
 touched, and returns the normalised value.

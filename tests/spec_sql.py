@@ -1,4 +1,4 @@
-"""The monitoring SQL of SPEC §13, verbatim, for the tests that run it."""
+"""The README's monitoring SQL, verbatim, for the tests that run it."""
 
 from __future__ import annotations
 

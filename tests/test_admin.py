@@ -1,4 +1,4 @@
-"""The admin of the leasing tables (SPEC §12, §14): lists, permissions, operator actions.
+"""The admin of the leasing tables: lists, permissions, operator actions.
 
 Runs on SQLite and PostgreSQL. The operator actions are exercised the way a
 browser submits them: the action form, then the confirmation page's form as
@@ -396,7 +396,7 @@ def test_action_from_the_change_form_returns_to_the_item(scenario, operator_clie
     assert row(item_id)["status"] == "pending"
 
 
-# --- bad input (SPEC §14) ---------------------------------------------------------
+# --- bad input ---------------------------------------------------------
 
 
 def test_empty_reason_is_a_form_error_and_changes_nothing(scenario, operator_client):
@@ -557,7 +557,7 @@ def test_workers_list_shows_status_role_last_seen_and_counters(viewer_client):
     assert "41" in html and "0 s ago" in html
 
 
-# --- large tables (SPEC §15) ---------------------------------------------------------
+# --- large tables ---------------------------------------------------------
 
 
 def test_large_lists_are_counted_up_to_a_limit_then_estimated(monkeypatch, viewer_client, vendor):

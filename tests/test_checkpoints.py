@@ -1,4 +1,4 @@
-"""Checkpoints (SPEC §8): append-only per-task sequences, fenced by the lease."""
+"""Checkpoints: append-only per-task sequences, fenced by the lease."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dashboard and the checkpoint timeline (SPEC §12, §13): numbers, pages, access."""
+"""The dashboard and the checkpoint timeline: numbers, pages, access."""
 
 from __future__ import annotations
 
@@ -231,7 +231,7 @@ def test_timeline_is_in_sequence_order_and_redacted_unless_asked():
     assert full.total == 3 and full.truncated
 
 
-# --- the SPEC §13 queries ---------------------------------------------------------
+# --- the monitoring queries ----------------------------------------------------------
 
 
 @pytest.mark.postgres

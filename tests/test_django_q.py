@@ -1,4 +1,4 @@
-"""The sweep as a django-q2 scheduled task (SPEC §9.3)."""
+"""The sweep as a django-q2 scheduled task."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Idempotency keys (SPEC §10): a side effect runs once per key."""
+"""Idempotency keys: a side effect runs once per key."""
 
 from __future__ import annotations
 

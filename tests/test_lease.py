@@ -1,4 +1,4 @@
-"""LeaseManager semantics (SPEC §6) on SQLite and PostgreSQL."""
+"""LeaseManager semantics on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -317,7 +317,7 @@ def test_release_after_recovery_to_pending_raises_lost(make_items):
     assert snapshot(item.pk)["status"] == "pending"
 
 
-# --- bad input (SPEC §14) ----------------------------------------------------------------
+# --- bad input ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("duration", [0, -1, float("nan"), float("inf"), "300", True])

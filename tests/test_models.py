@@ -1,4 +1,4 @@
-"""Tables, constraints and named filters (SPEC §3)."""
+"""Tables, constraints and named filters."""
 
 from __future__ import annotations
 

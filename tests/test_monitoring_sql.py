@@ -1,4 +1,4 @@
-"""The monitoring SQL of SPEC §13 runs unchanged on PostgreSQL."""
+"""The README's monitoring SQL runs unchanged on PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The recovery sweep (SPEC §9.1) on SQLite and PostgreSQL."""
+"""The recovery sweep on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`manage.py recoverysweep` (SPEC §9.2): one pass, the loop, signals and bad options."""
+"""`manage.py recoverysweep`: one pass, the loop, signals and bad options."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Django Tasks backend (SPEC §11.3): @task functions run on leasing workers."""
+"""The Django Tasks backend: @task functions run on leasing workers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The worker runtime and `runworker` (SPEC §11.2), on SQLite and PostgreSQL."""
+"""The worker runtime and `runworker`, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

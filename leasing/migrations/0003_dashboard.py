@@ -1,6 +1,6 @@
 """Indexes for the admin dashboard, the work item list and the metrics endpoint.
 
-SPEC §15 asks the dashboard to stay fast with millions of rows, so every query
+The design asks the dashboard to stay fast with millions of rows, so every query
 it runs reads one of these (or an index of 0001). On PostgreSQL they are built
 with CREATE INDEX CONCURRENTLY, so that adding them to a busy `work_items`
 table does not block claims and releases while they build; hence `atomic =
