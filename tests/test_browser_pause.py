@@ -11,9 +11,6 @@ queue is saved to artifacts/dashboard-paused.png.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,62 +18,17 @@ from django.core.cache import cache
 
 from leasing import enqueue_many
 from leasing.models import Pause, WorkItem
+from tests import test_browser
 from tests.conftest import wait_for
 from tests.test_admin_support import FORCE, VIEW_ALL, make_user
+from tests.test_browser import ARTIFACTS, PASSWORD
 from tests.workers import start_workers, stop_workers
 
+# The browser and page fixtures of tests/test_browser.py.
+browser = test_browser.browser
+page = test_browser.page
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "artifacts"
-CHROMIUM = os.environ.get("LEASING_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-PASSWORD = "pw-for-tests-1"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(
-            f"Chromium is not installed at {CHROMIUM}: run scripts/ensure-chromium.sh "
-            "(apt-get install chromium chromium-driver)."
-        )
-    from playwright.sync_api import sync_playwright
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(
-                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
-            )
-            try:
-                yield chromium
-            finally:
-                chromium.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1600, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    try:
-        yield page
-    except BaseException:
-        ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "browser-pause-failure.png"), full_page=True)
-        raise
-    finally:
-        context.close()
-
 
 def claimed(queue: str) -> int:
     return WorkItem.objects.filter(queue_name=queue).exclude(lease_token=0).count()
