@@ -9,7 +9,10 @@ bench.noop` makes) with `time.perf_counter_ns()`: the claim as the worker sees
 it, i.e. Python + driver + one round trip + the statement on the server. It
 then completes the claimed items in one batch (untimed), as the worker
 does, so the table churns the way it does under a real drain; `--think-ms`
-pauses after each completion, as a handler that takes that long would. The
+pauses after each completion, as a handler that takes that long would;
+`--without-pause-check` claims with the pause condition replaced by TRUE (the
+claim as it was before pauses existed), the baseline the claim scenario
+compares the shipped statement with. The
 first claim is not timed (the benchmark holds a lock on work_items until every
 claimer is waiting on it, so they start together; `--start-at` is the
 alternative). Each process stops when a claim comes back empty or after
@@ -36,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--think-ms", type=float, default=0.0, help="pause after each completion (a handler)"
     )
+    parser.add_argument(
+        "--without-pause-check",
+        action="store_true",
+        help="claim with a statement that has no pause check (the claim scenario's baseline)",
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
@@ -43,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
 
     django.setup()
     from django.db import connection
+
+    if args.without_pause_check:
+        import leasing.sql.work_items
+
+        leasing.sql.work_items.not_paused = lambda d: "TRUE"
 
     from leasing import LeaseManager
     from leasing.services.completion import complete

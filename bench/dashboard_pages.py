@@ -186,6 +186,8 @@ def console_pages(user: Any) -> dict[str, Page]:
         pages[f"work items sorted by {column} desc"] = Page(f"{items}?o=-{index}")
     # Filled in just before it is timed (the estimate grows with the trickle).
     pages["work items (deepest page)"] = Page(f"{items}?p=DEEPEST")
+    # A page past the last offered one (a bookmark, an edited URL): served as the last.
+    pages["work items (page 20,000 asked)"] = Page(f"{items}?p=20000")
     pages["work item change page"] = Page(
         admin_url("leasing_workitem_change", "B" + "50".rjust(25, "0"))
     )

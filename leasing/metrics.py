@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
-from .console.backlog import backlog
+from .console.backlog import backlog, pending_pairs
 from .console.census import item_census
 from .console.history import leases_near_cap
 from .console.leases import lease_health
@@ -128,14 +128,16 @@ class LeasingCollector:
         lag = replica_lag(using, primary=self.primary) if using != self.primary else None
         census = item_census(using=using)
         health = lease_health(using=using)
-        pending = backlog(using=using)
+        pairs = pending_pairs(using=using)  # read once: the backlog and the queue table
+        pending = backlog(using=using, pairs=pairs)
         sweep = sweep_health(using=using)
         counters = process_counters(using=using)
         processes = processes_by_state(using=using)
         now = database_now(using)
         workers, _ = live_workers(now=now, using=using)
-        queues = queue_table(window_start=now - RUN_TIME_WINDOW, now=now, workers=workers,
-                             using=using)  # fmt: skip
+        queues = queue_table(
+            window_start=now - RUN_TIME_WINDOW, now=now, workers=workers, using=using, pending=pairs
+        )
 
         families = self._families()
         work_items = families["work_items"]

@@ -30,6 +30,7 @@ page = test_browser.page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+
 def claimed(queue: str) -> int:
     return WorkItem.objects.filter(queue_name=queue).exclude(lease_token=0).count()
 

@@ -106,3 +106,36 @@ def test_history_page_and_fragments():
     dashboard = client.get("/admin/leasing/workitem/dashboard/", HTTP_X_LEASING_FRAGMENT="1")
     panels = dashboard.content.decode()
     assert "<html" not in panels and 'data-leasing-panel="queues"' in panels
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/St_Johns"])
+def test_peak_hours_fold_into_the_local_weekday_and_hour_of_any_offset(zone):
+    # Kolkata is UTC+5:30 and St John's UTC-3:30 in November: a quarter hour
+    # either side of a local midnight or hour must land in the right cell.
+    from datetime import UTC, datetime
+
+    from leasing.console.history import _peak_hours
+
+    now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)  # a Thursday
+    moments = [
+        datetime(2026, 11, 23, 10, 40, tzinfo=UTC),
+        datetime(2026, 11, 22, 18, 20, tzinfo=UTC),
+        datetime(2026, 11, 22, 18, 40, tzinfo=UTC),
+        datetime(2026, 11, 25, 3, 25, tzinfo=UTC),
+        datetime(2026, 11, 25, 3, 35, tzinfo=UTC),
+    ]
+    for n, moment in enumerate(moments):
+        item = WorkItem.objects.create(task_id=f"peak-{n}", work_type="resize")
+        WorkItem.objects.filter(pk=item.pk).update(status="completed", completed_at=moment)
+    too_old = WorkItem.objects.create(task_id="peak-old", work_type="resize")
+    WorkItem.objects.filter(pk=too_old.pk).update(
+        status="completed", completed_at=now - timedelta(days=8)
+    )
+    with timezone.override(zone):
+        grid = _peak_hours(now, "default")
+        expected = [[0] * 24 for _ in range(7)]
+        for moment in moments:
+            local = timezone.localtime(moment)
+            expected[local.isoweekday() - 1][local.hour] += 1
+    assert [list(day) for day in grid] == expected
+    assert sum(map(sum, grid)) == len(moments)

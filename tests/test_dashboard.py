@@ -7,7 +7,7 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.core.cache import cache
+from django.db import connection
 from django.test import Client
 
 from leasing import LeaseManager, enqueue
@@ -30,14 +30,6 @@ from tests.test_admin_support import (
 )
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _no_cached_figures():
-    """Each test starts without a retry distribution cached by another."""
-    cache.clear()
-    yield
-    cache.clear()
 
 
 @pytest.fixture
@@ -129,30 +121,43 @@ def test_retry_distribution_splits_completed_and_failed_by_retry_count():
     assert census.claims_total == 12
 
 
-def test_an_expensive_retry_distribution_is_reused_for_a_minute_and_labelled(monkeypatch, viewer):
+def test_the_dashboard_retry_distribution_is_that_of_its_window(viewer):
     finish("a")
-    first = dashboard.build_dashboard()
-    assert first.retries.counts() == {0: 1} and first.retries_as_of is None
-    # Cheap here, so it was not cached: a new finished item shows at once.
     finish("b", retries=1)
-    assert dashboard.build_dashboard().retries.counts() == {0: 1, 1: 1}
+    shift(finish("old", retries=2), completed_at=-2 * 3600)  # outside the 1 h window
+    hour = dashboard.build_dashboard(window_minutes=60)
+    assert hour.retries.counts() == {0: 1, 1: 1}
+    day = dashboard.build_dashboard(window_minutes=1440)
+    assert day.retries.counts() == {0: 1, 1: 1, 2: 1}
+    # The monitoring query over every finished item is still there, exact.
+    assert dashboard.retry_distribution().counts() == {0: 1, 1: 1, 2: 1}
+    # Items by status count every item, whatever the window.
+    assert (hour.statuses.completed, hour.statuses.estimated) == (3, frozenset())
+    html = viewer.get(dashboard_url("window=60")).content.decode()
+    assert "in the last 1 h, by number of retries" in html
 
-    # On a large table (here: any cost counts as large) it is reused...
-    monkeypatch.setattr(census, "RETRY_CACHE_MIN_MS", 0.0)
-    computed = dashboard.build_dashboard()
-    assert computed.retries_as_of is None
-    finish("c", retries=2)
-    reused = dashboard.build_dashboard()
-    assert reused.retries.counts() == {0: 1, 1: 1}
-    assert reused.retries_as_of == computed.now
+
+@pytest.mark.postgres
+def test_large_finished_counts_are_the_planners_estimate_and_say_so(monkeypatch, viewer):
+    for n in range(6):
+        finish(f"done-{n}")
+    finish("gone", success=False)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE work_items")  # the planner's statistics see the 7 rows
+    monkeypatch.setattr(census, "EXACT_COUNT_LIMIT", 2)
+    data = dashboard.build_dashboard()
+    # 6 completed is past 2 x the limit: estimated; 1 failed is counted exactly.
+    assert data.statuses.estimated == frozenset({"completed"})
+    assert data.statuses.completed == census.status_count("completed")[0] > 2
+    assert (data.statuses.failed, census.status_count("failed")) == (1, (1, False))
     html = viewer.get(dashboard_url()).content.decode()
-    assert "counting every finished item is reused for up to a minute" in html
-    # ...the rest of the page is live...
-    assert reused.lease_health == dashboard.lease_health()
-    # ...and switching the cache off recomputes.
-    monkeypatch.setattr(census, "RETRY_CACHE_SECONDS", 0)
-    live = dashboard.build_dashboard()
-    assert live.retries.counts() == {0: 1, 1: 1, 2: 1} and live.retries_as_of is None
+    assert "estimated by the database planner" in html
+    assert re.search(r"status__exact=completed\">about \d+<", html)
+    assert re.search(r"status__exact=failed\">1<", html)
+    monkeypatch.setattr(census, "EXACT_COUNT_LIMIT", 10_000)
+    assert dashboard.build_dashboard().statuses == census.StatusCounts(
+        pending=0, in_progress=0, completed=6, failed=1
+    )
 
 
 def test_throughput_buckets_completions_and_failures_by_completed_at():
@@ -246,8 +251,8 @@ def test_dashboard_figures_equal_the_spec_13_sql():
         create_checkpoint("task-001", kind, {"kind": kind}, lease=lease)
     superuser = Client()
     superuser.force_login(make_user("root", superuser=True))
+    # All of it finished within the dashboard's default window (1 h).
     served = dashboard.build_dashboard()
-    assert served.retries_as_of is None  # computed now, not reused
 
     [(active, stale)] = run(ACTIVE_AND_STALE)
     health = dashboard.lease_health()

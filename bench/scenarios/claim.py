@@ -1,9 +1,14 @@
-"""claim: `acquire_leases()` latency in concurrent claimer processes, plus EXPLAIN ANALYZE."""
+"""claim: `acquire_leases()` latency in concurrent claimer processes, plus EXPLAIN ANALYZE.
+
+Also the cost of the claim's pause check: the shipped claim against the same
+statement with the check removed (`pause_check_cost`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +28,7 @@ def claimers(
     think_ms: float = 0.0,
     *,
     fresh: bool = True,
+    without_pause_check: bool = False,
 ) -> dict[str, Any]:
     """`count_of` bench.claimer processes making `count` timed claims of `batch` each.
 
@@ -38,10 +44,13 @@ def claimers(
     outs = []
 
     def spawn(i: int) -> Any:
-        out = bench.log_dir / f"claim-{count_of}x{batch}-{think_ms:g}-{i}.json"
+        variant = "-plain" if without_pause_check else ""
+        out = bench.log_dir / f"claim-{count_of}x{batch}-{think_ms:g}{variant}-{i}.json"
         outs.append(out)
         args = [PYTHON, "-m", "bench.claimer", f"claimer-{i}", str(out), "--batch",
                 str(batch), "--count", str(count), "--think-ms", str(think_ms)]  # fmt: skip
+        if without_pause_check:
+            args.append("--without-pause-check")
         return bench.procs.spawn(args, env=bench.env, name=f"claimer-{count_of}x{batch}-{i}")[0]
 
     # The same gate as the drains: every claimer blocks on its first
@@ -67,7 +76,23 @@ class _Rollback(Exception):
     pass
 
 
-def explain_claim(bench: Bench, batch: int) -> dict[str, Any] | None:
+@contextlib.contextmanager
+def pause_check_removed(removed: bool = True) -> Iterator[None]:
+    """In this process, claims built meanwhile have no pause check (the baseline)."""
+    import leasing.sql.work_items as statements
+
+    shipped = statements.not_paused
+    if removed:
+        statements.not_paused = lambda d: "TRUE"
+    try:
+        yield
+    finally:
+        statements.not_paused = shipped
+
+
+def explain_claim(
+    bench: Bench, batch: int, *, without_pause_check: bool = False
+) -> dict[str, Any] | None:
     """EXPLAIN ANALYZE of the very claim statement acquire_leases sends (rolled back)."""
     from django.db import connection, transaction
 
@@ -80,7 +105,7 @@ def explain_claim(bench: Bench, batch: int) -> dict[str, Any] | None:
         return execute(sql, params, many, context)
 
     with contextlib.suppress(_Rollback), transaction.atomic():
-        with connection.execute_wrapper(capture):
+        with connection.execute_wrapper(capture), pause_check_removed(without_pause_check):
             LeaseManager("explain").acquire_leases(batch, 300, work_type_filter=["bench.noop"])
         raise _Rollback
     claim = next((c for c in captured if "SKIP LOCKED" in c[0]), None)
@@ -107,6 +132,51 @@ def explain_claim(bench: Bench, batch: int) -> dict[str, Any] | None:
         "planning_ms": round(top["Planning Time"], 3),
         "shared_buffers_hit": top["Plan"].get("Shared Hit Blocks"),
         "scans": scans,
+    }
+
+
+PAUSE_CHECK_ROUNDS = 3  # alternations of (shipped claim, claim without the pause check)
+PAUSE_CHECK_EXPLAINS = 30
+# "No slower": the shipped claim's median within run-to-run noise of the baseline's.
+PAUSE_CHECK_MAX_RATIO = 1.05
+
+
+def pause_check_cost(bench: Bench, count: int) -> dict[str, Any]:
+    """The claim as shipped against the same claim without its pause check.
+
+    One claimer, batch 1 (no CPU contention between claimers), the two
+    variants alternated `PAUSE_CHECK_ROUNDS` times so that drift of the host
+    falls on both; the client-side p50 of each run, and the server's planning
+    and execution time of each statement (EXPLAIN ANALYZE, interleaved).
+    """
+    p50s: dict[str, list[float]] = {"shipped": [], "without": []}
+    for _ in range(PAUSE_CHECK_ROUNDS):
+        for variant in ("shipped", "without"):
+            result = claimers(bench, 1, 1, count, without_pause_check=variant == "without")
+            p50s[variant].append(result["claim_ms"]["p50"])
+    bench.reset()
+    bench.enqueue_noop(5_000)
+    bench.vacuum_analyze()
+    server: dict[str, dict[str, list[float]]] = {
+        v: {"planning_ms": [], "execution_ms": []} for v in p50s
+    }
+    for _ in range(PAUSE_CHECK_EXPLAINS):
+        for variant in p50s:
+            plan = explain_claim(bench, 1, without_pause_check=variant == "without")
+            for key in ("planning_ms", "execution_ms"):
+                server[variant][key].append(plan[key] if plan else float("nan"))
+    shipped, without = statistics.median(p50s["shipped"]), statistics.median(p50s["without"])
+    ratio = shipped / without
+    return {
+        "client_p50_ms": {"shipped": p50s["shipped"], "without": p50s["without"]},
+        "client_p50_ms_median": {"shipped": shipped, "without": without},
+        "ratio": round(ratio, 3),
+        "server_median_ms": {
+            v: {k: round(statistics.median(xs), 3) for k, xs in figures.items()}
+            for v, figures in server.items()
+        },
+        "target_max_ratio": PAUSE_CHECK_MAX_RATIO,
+        "met": ratio <= PAUSE_CHECK_MAX_RATIO,
     }
 
 
@@ -138,6 +208,7 @@ def run(bench: Bench) -> dict[str, Any]:
         "p99_ms_4_claimers_paced": paced["claim_ms"].get("p99"),
         "target_p99_ms": TARGETS["claim_p99_ms"],
         "met": saturated["met"] and paced["met"],
+        "pause_check": pause_check_cost(bench, count),
     }
 
 
@@ -151,4 +222,18 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
             "p99 < 5" if is_target else "",
             run.get("met") if is_target else None,
             absolute=True,
+        )
+    check = r.get("pause_check")
+    if check:
+        client, server = check["client_p50_ms_median"], check["server_median_ms"]
+        yield Row(
+            "claim p50 ms, 1 claimer: as shipped / without the pause check",
+            f"{client['shipped']} / {client['without']} (ratio {check['ratio']})",
+            f"ratio <= {check['target_max_ratio']}",
+            check["met"],
+        )
+        yield Row(
+            "  server planning + execution ms: as shipped / without",
+            f"{server['shipped']['planning_ms']} + {server['shipped']['execution_ms']} / "
+            f"{server['without']['planning_ms']} + {server['without']['execution_ms']}",
         )

@@ -57,6 +57,12 @@ class LeasingChangeList(ChangeList):
         except (OverflowError, ValueError) as exc:
             raise IncorrectLookupParameters(exc) from exc
 
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        # The paginator serves the last offered page for a page past it; the
+        # page links must mark that page as the current one.
+        self.page_num = min(self.page_num, self.paginator.num_pages)
+
     @cached_property
     def leasing_date_hierarchy(self) -> dict[str, Any] | None:
         """Django's date hierarchy, or one derived from MIN/MAX when the list is large.
@@ -109,7 +115,8 @@ def bounded_date_hierarchy(cl: ChangeList) -> dict[str, Any]:
         }
         result["choices"] = [{"title": _title(date, "MONTH_DAY_FORMAT")}]
         return result
-    bounds = cl.queryset.aggregate(first=Min(field_name), last=Max(field_name))
+    table = cl.model._default_manager.using(cl.queryset.db)
+    bounds = table.aggregate(first=Min(field_name), last=Max(field_name))
     if not bounds["first"] or not bounds["last"]:
         return {"show": False}
     first = timezone.localtime(bounds["first"]).date()

@@ -1,14 +1,16 @@
-"""A paginator that does not COUNT(*) millions of rows on every list page."""
+"""A paginator that does not COUNT(*) millions of rows on every list page, nor offer pages
+it cannot serve quickly."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
+
+from ..console.census import planner_rows
 
 
 class EstimatedCountPaginator(Paginator):
@@ -21,7 +23,30 @@ class EstimatedCountPaginator(Paginator):
     """
 
     exact_limit = 10_000
+    # A page is `OFFSET (n - 1) * per_page`, which PostgreSQL serves by reading
+    # and discarding every row before it: page 20,000 of a million rows takes a
+    # second. Pages past `max_pages` are not offered; a request for one gets the
+    # last offered page, and the list says how to reach the rest (filters, the
+    # date hierarchy, or the other sort direction).
+    max_pages = 200
     is_estimate = False  # set by `count` when it had to estimate
+
+    @cached_property
+    def num_pages(self) -> int:
+        return min(super().num_pages, self.max_pages)
+
+    @property
+    def is_capped(self) -> bool:
+        """Whether the list has rows past the last offered page."""
+        return self.count > self.max_pages * self.per_page
+
+    def validate_number(self, number: Any) -> int:
+        # A page past the last offered one is clamped instead of raising
+        # EmptyPage: Django turns that into a redirect to `?e=1`, which drops
+        # the operator's filters.
+        if isinstance(number, int) and number > self.num_pages:
+            number = self.num_pages
+        return super().validate_number(number)
 
     @cached_property
     def count(self) -> int:
@@ -35,14 +60,3 @@ class EstimatedCountPaginator(Paginator):
             return capped
         self.is_estimate = True
         return max(self.exact_limit + 1, planner_rows(queryset))
-
-
-def planner_rows(queryset: QuerySet[Any]) -> int:
-    """PostgreSQL's estimate of the number of rows a queryset returns."""
-    sql, params = queryset.order_by().query.get_compiler(using=queryset.db).as_sql()
-    with connections[queryset.db].cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str | bytes):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])

@@ -33,9 +33,9 @@ from .census import (
     RetryBucket,
     RetryDistribution,
     StatusCounts,
-    cached_retry_distribution,
     item_census,
     retry_distribution,
+    status_count,
 )
 from .choices import known_queues, known_work_types
 from .dashboard import Dashboard, build_dashboard
@@ -75,7 +75,6 @@ __all__ = [
     "Timeline",
     "backlog",
     "build_dashboard",
-    "cached_retry_distribution",
     "humanize_seconds",
     "item_census",
     "known_queues",
@@ -87,6 +86,7 @@ __all__ = [
     "recent_recoveries",
     "replica_lag",
     "retry_distribution",
+    "status_count",
     "sweep_health",
     "task_timeline",
     "throughput",

@@ -31,35 +31,68 @@ class Backlog:
         return self.pending - self.deferred - self.blocked
 
 
-def backlog(*, now: datetime | None = None, using: str = "default") -> Backlog:
-    """One index-only scan of `work_items_claim_idx` (pending rows not blocked by
-    dependencies), plus a count of the blocked ones (`work_items_blocked_idx`).
+@dataclass(frozen=True, slots=True)
+class PendingPair:
+    """Pending items of one (queue, work type) pair."""
 
-    The oldest *claimable* item is the one a worker should already have taken;
-    items deferred by a retry backoff or a future `run_after` wait on purpose
-    and are counted separately. Its age is measured from enqueueing.
+    queue_name: str
+    work_type: str
+    pending: int
+    deferred: int  # not blocked, waiting for their run_after
+    blocked: int  # waiting for dependencies
+    oldest_claimable_at: datetime | None
+
+
+def pending_pairs(*, using: str = "default") -> tuple[PendingPair, ...]:
+    """Pending items per (queue, work type): one index-only scan of `work_items_pending_idx`.
+
+    The index holds every column read here, so the table is not touched
+    (pages the visibility map has not marked all-visible apart).
     """
-    now = now or database_now(using)
-    claimable = Q(run_after__isnull=True) | Q(run_after__lte=Now())
-    # Only columns of the claim index (created_at, run_after): counting or
-    # reading anything else would fetch every pending row from the table.
-    counts = (
+    unblocked = Q(dependencies_left=0)
+    claimable = unblocked & (Q(run_after__isnull=True) | Q(run_after__lte=Now()))
+    rows = (
         WorkItem.objects.using(using)
         .pending()
-        .filter(dependencies_left=0)
-        .aggregate(
-            pending=Count("*"),
-            deferred=Count("run_after", filter=Q(run_after__gt=Now())),
+        .order_by()
+        .values("queue_name", "work_type")
+        .annotate(
+            n=Count("*"),
+            deferred=Count("run_after", filter=unblocked & Q(run_after__gt=Now())),
+            blocked=Count("dependencies_left", filter=Q(dependencies_left__gt=0)),
             oldest=Min("created_at", filter=claimable),
         )
     )
-    blocked = WorkItem.objects.using(using).blocked().count()
+    return tuple(
+        PendingPair(
+            r["queue_name"], r["work_type"], r["n"], r["deferred"], r["blocked"], r["oldest"]
+        )
+        for r in rows
+    )
+
+
+def backlog(
+    *,
+    now: datetime | None = None,
+    using: str = "default",
+    pairs: tuple[PendingPair, ...] | None = None,
+) -> Backlog:
+    """The whole backlog, summed from `pending_pairs` (read here unless given).
+
+    The oldest *claimable* item is the one a worker should already have taken;
+    items deferred by a retry backoff or a future `run_after` wait on purpose,
+    and items blocked by dependencies wait for those; both are counted
+    separately. Its age is measured from enqueueing.
+    """
+    now = now or database_now(using)
+    pairs = pending_pairs(using=using) if pairs is None else pairs
+    oldest = min((p.oldest_claimable_at for p in pairs if p.oldest_claimable_at), default=None)
     return Backlog(
-        pending=counts["pending"] + blocked,
-        deferred=counts["deferred"],
-        oldest_created_at=counts["oldest"],
-        oldest_age_seconds=age(now, counts["oldest"]),
-        blocked=blocked,
+        pending=sum(p.pending for p in pairs),
+        deferred=sum(p.deferred for p in pairs),
+        oldest_created_at=oldest,
+        oldest_age_seconds=age(now, oldest),
+        blocked=sum(p.blocked for p in pairs),
     )
 
 

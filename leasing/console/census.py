@@ -1,11 +1,16 @@
 """Items by status, the retry distribution and the claims counter.
 
-They come from index-only scans of `work_items_status_retry_idx` (retry_count,
-status, lease_token): exact counts, at the cost of reading one narrow index
-entry per row, about 80 ms per million rows on a 2-core PostgreSQL server.
-That is the one dashboard cost that grows with the table, so the dashboard
-reuses an expensive retry distribution for up to a minute and shows its age
-(`RETRY_CACHE_SECONDS`); `/metrics` always counts at scrape time.
+Two ways of counting, for two readers:
+
+* `item_census` (for `/metrics`) and `retry_distribution()` without a start
+  count every row exactly, through index-only scans of
+  `work_items_status_retry_idx` (retry_count, status, lease_token): about
+  80-200 ms per million rows on a 2-core PostgreSQL server.
+* The dashboard must stay fast at any size, so it reads only what is bounded:
+  the retry distribution of the items finished in its window
+  (`retry_distribution(since=...)`, index-only on `work_items_finished_idx`),
+  and the number of completed and failed items exactly while small, else the
+  planner's estimate, marked as such (`status_count`).
 
 The statuses counted are the four an item can be in. The `expired` value the
 table's CHECK constraint also allows is never stored: the sweep passes an
@@ -14,16 +19,15 @@ item through it inside one statement.
 
 from __future__ import annotations
 
-import time
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.core.cache import cache
 from django.db import connections
-from django.db.models import Count, Sum
+from django.db.models import Count, QuerySet, Sum
 
 from ..models import WorkItem, WorkItemStatus
 
@@ -90,15 +94,20 @@ class RetryDistribution(FinishedTotals):
 
 @dataclass(frozen=True, slots=True)
 class StatusCounts:
-    """Exact number of work items in each status."""
+    """Number of work items in each status; those in `estimated` are the planner's estimate."""
 
     pending: int = 0
     in_progress: int = 0
     completed: int = 0
     failed: int = 0
+    estimated: frozenset[str] = frozenset()
 
     def as_dict(self) -> dict[str, int]:
         return {status: getattr(self, status) for status in STATUSES}
+
+    def rows(self) -> tuple[tuple[str, int, bool], ...]:
+        """`(status, count, estimated)` per status, for the page."""
+        return tuple((s, getattr(self, s), s in self.estimated) for s in STATUSES)
 
     @property
     def total(self) -> int:
@@ -151,52 +160,51 @@ def item_census(*, using: str = "default") -> ItemCensus:
     )
 
 
-def retry_distribution(*, using: str = "default") -> RetryDistribution:
-    """Only the finished rows (the index range for 'completed' and 'failed')."""
-    return _distribution(
-        WorkItem.objects.using(using)
-        .finished()
-        .order_by()
-        .values("status", "retry_count")
-        .annotate(n=Count("*"))
-    )
+def retry_distribution(
+    *, since: datetime | None = None, using: str = "default"
+) -> RetryDistribution:
+    """Finished items by status and retry count; with `since`, only those finished since then.
 
-
-# The retry distribution is the one dashboard figure that reads every finished
-# row. Once it costs more than RETRY_CACHE_MIN_MS, the dashboard reuses it for
-# up to RETRY_CACHE_SECONDS (so any number of viewers scan at most once a
-# minute) and says how old it is. Everything else on the page is read live.
-# Set RETRY_CACHE_SECONDS = 0 to always recompute.
-RETRY_CACHE_SECONDS = 60.0
-RETRY_CACHE_MIN_MS = 50.0
-
-
-@dataclass(frozen=True, slots=True)
-class _CachedRetries:
-    distribution: RetryDistribution
-    computed_at: datetime
-
-
-def _retry_cache_key(using: str) -> str:
-    name = connections[using].settings_dict.get("NAME")
-    return f"leasing:dashboard:retries:{using}:{name}"
-
-
-def cached_retry_distribution(
-    *, now: datetime, using: str = "default"
-) -> tuple[RetryDistribution, datetime | None]:
-    """The retry distribution and, when it came from the cache, when it was computed.
-
-    `(distribution, None)` means computed by this call (exact as of now).
+    Without `since` it reads every finished row (the monitoring query);
+    with it, the range of `work_items_finished_idx` from `since` on.
     """
-    key = _retry_cache_key(using)
-    if RETRY_CACHE_SECONDS > 0:
-        hit = cache.get(key)
-        if isinstance(hit, _CachedRetries):
-            return hit.distribution, hit.computed_at
-    started = time.perf_counter()
-    distribution = retry_distribution(using=using)
-    cost_ms = (time.perf_counter() - started) * 1000
-    if RETRY_CACHE_SECONDS > 0 and cost_ms >= RETRY_CACHE_MIN_MS:
-        cache.set(key, _CachedRetries(distribution, now), RETRY_CACHE_SECONDS)
-    return distribution, None
+    finished = WorkItem.objects.using(using).finished().order_by()
+    if since is not None:
+        finished = finished.filter(completed_at__gte=since)
+    return _distribution(finished.values("status", "retry_count").annotate(n=Count("*")))
+
+
+# Counted exactly up to this many rows; past it, the planner's estimate.
+EXACT_COUNT_LIMIT = 10_000
+
+
+def status_count(status: str, *, using: str = "default") -> tuple[int, bool]:
+    """`(count, estimated)` of the items in `status`.
+
+    On PostgreSQL the planner's estimate comes first (one EXPLAIN, well under
+    a millisecond); only a status it puts near or below `EXACT_COUNT_LIMIT`
+    is counted exactly, which then reads at most that many index entries.
+    Counting a million finished rows on every page view would cost a scan.
+    SQLite counts exactly.
+    """
+    rows = WorkItem.objects.using(using).filter(status=status).order_by()
+    if connections[using].vendor != "postgresql":
+        return rows.count(), False
+    estimate = planner_rows(rows)
+    if estimate > 2 * EXACT_COUNT_LIMIT:
+        return estimate, True
+    capped = rows.values("pk")[: EXACT_COUNT_LIMIT + 1].count()
+    if capped <= EXACT_COUNT_LIMIT:
+        return capped, False
+    return max(EXACT_COUNT_LIMIT + 1, estimate), True
+
+
+def planner_rows(queryset: QuerySet[Any]) -> int:
+    """PostgreSQL's estimate of the number of rows a queryset returns."""
+    sql, params = queryset.order_by().query.get_compiler(using=queryset.db).as_sql()
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str | bytes):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])

@@ -5,9 +5,9 @@ finished in the window. A row is *unserved* when it has pending items and no
 live worker (running, not silent) takes its work type from its queue: that
 work waits forever until someone starts a worker for it.
 
-Queries: pending rows through the claim index's partial range, in-flight rows
+Queries: pending rows through `work_items_pending_idx` (`backlog.pending_pairs`), in-flight rows
 through the `in_progress` partial index, finished rows of the window through
-`work_items_completed_idx`. Run durations are the last attempt's
+`work_items_finished_idx`. Run durations are the last attempt's
 (`completed_at - lease_acquired_at`) of completed items: percentiles in SQL
 on PostgreSQL, in Python over at most `SQLITE_DURATION_ROWS` rows on SQLite.
 """
@@ -21,12 +21,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
-from django.db.models import Aggregate, Count, DurationField, F, Min, Q
-from django.db.models.functions import Now
+from django.db.models import Aggregate, Count, DurationField, F, Q
 
 from ..conf import get_settings
 from ..models import Pause, WorkItem, WorkItemStatus
 from ..states import PauseKind
+from .backlog import PendingPair, pending_pairs
 from .census import FINISHED
 from .durations import age
 from .processes import ProcessInfo
@@ -56,7 +56,8 @@ class QueueRow:
     queue_name: str
     work_type: str
     pending: int = 0
-    deferred: int = 0
+    deferred: int = 0  # not blocked, waiting for their run_after
+    blocked: int = 0  # waiting for dependencies
     oldest_pending_at: datetime | None = None
     oldest_pending_age_seconds: float | None = None
     in_flight: int = 0
@@ -76,7 +77,7 @@ class QueueRow:
 
     @property
     def claimable(self) -> int:
-        return self.pending - self.deferred
+        return self.pending - self.deferred - self.blocked
 
     @property
     def failure_rate(self) -> float | None:
@@ -105,8 +106,13 @@ def queue_table(
     now: datetime,
     workers: Iterable[ProcessInfo],
     using: str = "default",
+    pending: tuple[PendingPair, ...] | None = None,
 ) -> tuple[QueueRow, ...]:
-    """Every (queue, work type) pair with work, unserved pairs first, then by backlog."""
+    """Every (queue, work type) pair with work, unserved pairs first, then by backlog.
+
+    `pending`: the pairs' pending items when the caller has read them already
+    (`backlog.pending_pairs`).
+    """
     parts: dict[tuple[str, str], dict[str, Any]] = {}
 
     def row(queue_name: str, work_type: str) -> dict[str, Any]:
@@ -114,23 +120,15 @@ def queue_table(
             (queue_name, work_type), {"queue_name": queue_name, "work_type": work_type}
         )
 
+    for pair in pending_pairs(using=using) if pending is None else pending:
+        row(pair.queue_name, pair.work_type).update(
+            pending=pair.pending,
+            deferred=pair.deferred,
+            blocked=pair.blocked,
+            oldest_pending_at=pair.oldest_claimable_at,
+            oldest_pending_age_seconds=age(now, pair.oldest_claimable_at),
+        )
     items = WorkItem.objects.using(using).order_by()
-    claimable = Q(run_after__isnull=True) | Q(run_after__lte=Now())
-    for r in (
-        items.pending()
-        .values("queue_name", "work_type")
-        .annotate(
-            n=Count("*"),
-            deferred=Count("run_after", filter=Q(run_after__gt=Now())),
-            oldest=Min("created_at", filter=claimable),
-        )
-    ):
-        row(r["queue_name"], r["work_type"]).update(
-            pending=r["n"],
-            deferred=r["deferred"],
-            oldest_pending_at=r["oldest"],
-            oldest_pending_age_seconds=age(now, r["oldest"]),
-        )
     for r in items.in_progress().values("queue_name", "work_type").annotate(n=Count("*")):
         row(r["queue_name"], r["work_type"])["in_flight"] = r["n"]
     _finished(row, window_start, using)
@@ -185,8 +183,8 @@ def _finished(row: Any, window_start: datetime, using: str) -> None:
     completed = Q(status=WorkItemStatus.COMPLETED)
     timed = completed & Q(lease_acquired_at__isnull=False)
     aggregates: dict[str, Any] = {
-        "completed": Count("pk", filter=completed),
-        "failed": Count("pk", filter=Q(status=WorkItemStatus.FAILED)),
+        "completed": Count("status", filter=completed),
+        "failed": Count("status", filter=Q(status=WorkItemStatus.FAILED)),
     }
     postgres = connections[using].vendor == "postgresql"
     if postgres:

@@ -333,10 +333,30 @@ class WorkItem(models.Model):
             models.Index(fields=["-created_at", "-work_item_id"], name="work_items_created_idx"),
             # Throughput over time, and the queue table's finished counts and run
             # times of a window: finished items by completion time, index-only.
+            # (retry_count: the dashboard's retry distribution of the window.)
             models.Index(
-                fields=["completed_at", "status", "queue_name", "work_type", "lease_acquired_at"],
+                fields=[
+                    "completed_at",
+                    "status",
+                    "queue_name",
+                    "work_type",
+                    "lease_acquired_at",
+                    "retry_count",
+                ],
                 name="work_items_finished_idx",
                 condition=Q(completed_at__isnull=False),
+            ),
+            # The dashboard's backlog and queue table: pending items per queue and
+            # work type, how many are deferred or blocked and the oldest claimable,
+            # in one index-only scan. The
+            # claim never picks it: claims run with sorts and bitmap scans off
+            # (`Dialect.in_claim_order`), and this index has no claim order.
+            # Costs an enqueue one more index entry; a claim none (the claimed
+            # row leaves the condition).
+            models.Index(
+                fields=["queue_name", "work_type", "run_after", "created_at", "dependencies_left"],
+                name="work_items_pending_idx",
+                condition=Q(status=WorkItemStatus.PENDING),
             ),
             # Items by status, the retry distribution and the claims
             # counter (SUM(lease_token)) in one index-only scan. Deliberately

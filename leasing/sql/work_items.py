@@ -25,7 +25,7 @@ from typing import Any
 from ..states import WorkItemStatus
 from .dialect import Dialect
 from .limits import AVAILABLE_AT, CLAIM_ORDER, Limits, limited_candidates
-from .pauses import NOT_PAUSED
+from .pauses import not_paused
 from .runner import Statement
 
 PENDING = f"'{WorkItemStatus.PENDING.value}'"
@@ -141,7 +141,7 @@ def _where(d: Dialect, filters: ClaimFilters) -> Statement:
             params += clause_params
     sql = f"""
         status = {PENDING} AND dependencies_left = 0 AND {AVAILABLE_AT} <= {d.now}
-        {" ".join(clauses)} AND {NOT_PAUSED}
+        {" ".join(clauses)} AND {not_paused(d)}
     """
     return sql, params
 

@@ -78,9 +78,6 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
             for h in data.orphan_holders
         ],
         "stale_after": humanize_seconds(data.lease_health.stale_after_seconds),
-        "retries_age": None
-        if data.retries_as_of is None
-        else humanize_seconds((data.now - data.retries_as_of).total_seconds()),
         "sweep_since": humanize_seconds(data.sweep.seconds_since_last_scan),
         "pauses_url": reverse(f"{model_admin.admin_site.name}:leasing_workitem_pauses"),
         "can_pause": model_admin.has_force_release_permission(request),
