@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="claim with a statement that has no pause check (the claim scenario's baseline)",
     )
+    parser.add_argument(
+        "--alternate-pause-check",
+        action="store_true",
+        help="alternate claim by claim between the shipped statement and the baseline",
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
@@ -52,10 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.db import connection
 
-    if args.without_pause_check:
-        import leasing.sql.work_items
+    import leasing.sql.work_items as statements
 
-        leasing.sql.work_items.not_paused = lambda d: "TRUE"
+    variants = {"shipped": statements.not_paused, "without": lambda d: "TRUE"}
+    if args.without_pause_check:
+        statements.not_paused = variants["without"]
 
     from leasing import LeaseManager
     from leasing.services.completion import complete
@@ -69,21 +75,30 @@ def main(argv: list[str] | None = None) -> int:
     first = manager.acquire_leases(args.batch, 300, work_type_filter=[args.work_type])
     complete(manager, [(lease, None) for lease in first])
     durations_ns: list[int] = []
+    by_variant: dict[str, list[int]] = {name: [] for name in variants}
     claimed = len(first)
-    for _ in range(args.count):
+    for i in range(args.count):
+        variant = ("shipped", "without")[i % 2] if args.alternate_pause_check else ""
+        if variant:
+            statements.not_paused = variants[variant]
         t0 = time.perf_counter_ns()
         leases = manager.acquire_leases(args.batch, 300, work_type_filter=[args.work_type])
         t1 = time.perf_counter_ns()
         if not leases:
             break
         durations_ns.append(t1 - t0)
+        if variant:
+            by_variant[variant].append(t1 - t0)
         claimed += len(leases)
         complete(manager, [(lease, None) for lease in leases])
         if args.think_ms:
             time.sleep(args.think_ms / 1000)
     connection.close()
     with open(args.out, "w") as f:
-        json.dump({"holder": args.holder, "claimed": claimed, "durations_ns": durations_ns}, f)
+        record = {"holder": args.holder, "claimed": claimed, "durations_ns": durations_ns}
+        if args.alternate_pause_check:
+            record["durations_ns_by_variant"] = by_variant
+        json.dump(record, f)
     return 0
 
 

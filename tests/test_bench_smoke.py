@@ -160,6 +160,12 @@ def test_quick_bench_reports_every_scenario() -> None:
     for run in records["claim"]["runs"]:
         assert run["claim_ms"]["n"] > 0 and _positive(run["claim_ms"]["p99"]), run
         assert _positive(run["server_explain_ms_fresh_backlog"]["execution_ms"]), run
+    # The pause check's cost: both variants measured, claim by claim and by drains.
+    check = records["claim"]["pause_check"]
+    for variant in ("shipped", "without"):
+        assert check["claim_ms"][variant]["n"] > 0, check
+        assert all(_positive(rate) for rate in check["runworker_jobs_per_s"][variant]), check
+        assert _positive(check["server_median_ms"][variant]["planning_ms"]), check
 
     for run in records["pickup"]["runs"]:
         assert run["items"] > 0 and _positive(run["pickup_ms"]["p50"]), run
