@@ -399,6 +399,27 @@ def test_timeline_page_lists_checkpoints_with_type_colours_and_links(viewer):
     assert SECRET in html
 
 
+def test_a_traceback_in_a_snapshot_reads_as_printed_under_its_json(viewer):
+    lease = claim("task-tb", "worker-1")
+    traceback = 'Traceback (most recent call last):\n  File "job.py", line 3\nValueError: <bad>'
+    create_checkpoint(
+        "task-tb", "error_boundary", {"error": {"traceback": traceback, "type": "ValueError"}},
+        lease=lease,
+    )  # fmt: skip
+    assert "Traceback" not in viewer.get(timeline_url("task-tb")).content.decode()  # no payloads
+    auditor = Client()
+    auditor.force_login(make_user("auditor", *VIEW_ALL, PAYLOAD))
+    html = auditor.get(timeline_url("task-tb")).content.decode()
+    # In the JSON it is one line with escaped newlines; under it, as printed and escaped.
+    assert "&quot;traceback&quot;: &quot;Traceback (most recent call last):\\n" in html
+    shown = re.search(r'<pre class="leasing-text">(.*?)</pre>', html, re.S).group(1)
+    assert shown == (
+        "Traceback (most recent call last):\n  File &quot;job.py&quot;, line 3\n"
+        "ValueError: &lt;bad&gt;"
+    )
+    assert "<strong>error.traceback</strong>" in html
+
+
 def test_timeline_of_an_unknown_task_is_404(viewer):
     assert viewer.get(timeline_url("no-such-task")).status_code == 404
 

@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.db.models import Model
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..conf import get_settings
@@ -29,11 +29,45 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+# How deep `multiline_texts` looks into a payload, and how many texts it shows.
+TEXT_DEPTH = 4
+TEXTS_SHOWN = 5
+
+
+def multiline_texts(value: Any) -> list[tuple[str, str]]:
+    """`(path, text)` of the string values of a payload that span several lines.
+
+    A traceback stored in a snapshot is one JSON string: in the JSON it reads
+    as a single line full of `\\n`. Shown again on its own, it reads as it was
+    printed. Paths are `key.key[index]`; at most `TEXTS_SHOWN`, breadth first.
+    """
+    found: list[tuple[str, str]] = []
+    level: list[tuple[str, Any]] = [("", value)]
+    for _ in range(TEXT_DEPTH + 1):
+        following: list[tuple[str, Any]] = []
+        for path, item in level:
+            if isinstance(item, str) and "\n" in item.strip():
+                found.append((path or "value", item))
+            elif isinstance(item, dict):
+                following += [(f"{path}.{k}" if path else str(k), v) for k, v in item.items()]
+            elif isinstance(item, list):
+                following += [(f"{path}[{i}]", v) for i, v in enumerate(item)]
+        if len(found) >= TEXTS_SHOWN or not following:
+            break
+        level = following
+    return found[:TEXTS_SHOWN]
+
+
 def payload_html(value: Any) -> SafeString:
-    """A payload as indented JSON in a <pre> block (escaped)."""
+    """A payload as indented JSON in a <pre> block (escaped), then its multi-line texts."""
     if value is None:
         return format_html('<span class="quiet">{}</span>', EMPTY)
-    return format_html('<pre class="leasing-json">{}</pre>', pretty_json(value))
+    texts = format_html_join(
+        "",
+        '<p class="leasing-text-path"><strong>{}</strong></p><pre class="leasing-text">{}</pre>',
+        multiline_texts(value),
+    )
+    return format_html('<pre class="leasing-json">{}</pre>{}', pretty_json(value), texts)
 
 
 def payload_column(field: str, description: str) -> Callable[[Any, Model], SafeString]:

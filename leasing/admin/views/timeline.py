@@ -11,7 +11,7 @@ from ...conf import read_alias
 from ...console.durations import humanize_seconds
 from ...console.timeline import task_timeline
 from ...models import CheckpointType
-from ..display import pretty_json
+from ..display import multiline_texts, pretty_json
 from ..guards import storable
 from .common import console_context
 
@@ -40,6 +40,7 @@ def timeline_view(
                 if first
                 else "",
                 "snapshot": pretty_json(entry.snapshot) if include_payloads else None,
+                "texts": multiline_texts(entry.snapshot) if include_payloads else [],
                 "metadata": pretty_json(entry.metadata)
                 if include_payloads and entry.metadata is not None
                 else None,
