@@ -96,3 +96,16 @@ def test_date_hierarchy_of_an_estimated_filtered_list_spans_the_whole_table(
     this_year = database_now().year
     assert f"created_at__year={a_year_ago.year}" in html
     assert f"created_at__year={this_year}" in html
+
+
+def test_date_hierarchy_of_a_counted_list_spans_only_its_rows(viewer_client, eight_items):
+    old = enqueue("task-old", "noop")
+    a_year_ago = database_now() - timedelta(days=400)
+    WorkItem.objects.filter(pk=old.pk).update(status="completed", created_at=a_year_ago)
+    html = viewer_client.get(changelist_url("status__exact=pending")).content.decode()
+    assert f"created_at__year={a_year_ago.year}" not in html
+    today = database_now()
+    # All eight pending items are from today: the hierarchy goes down to its day.
+    assert f"created_at__day={today.day}" in html
+    everything = viewer_client.get(changelist_url()).content.decode()
+    assert f"created_at__year={a_year_ago.year}" in everything
