@@ -117,7 +117,7 @@ def _explain(connection: Any, transaction: Any, manager: Any) -> dict[str, Any]:
     from leasing.services.terms import claim_terms
     from leasing.sql import work_items as sql
     from leasing.sql.dialect import Dialect
-    from leasing.sql.work_items import ClaimFilters
+    from leasing.sql.terms import ClaimFilters
 
     statement, params = sql.claim(
         Dialect(), manager.worker_id, 1, claim_terms(300), ClaimFilters(work_types=("bench.noop",))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import connections
 from django.db.models import Count, Min, Q
@@ -45,30 +46,38 @@ class PendingPair:
 
 
 def pending_pairs(*, using: str = "default") -> tuple[PendingPair, ...]:
-    """Pending items per (queue, work type): one index-only scan of `work_items_pending_idx`.
+    """Pending items per (queue, work type), from two index-only scans.
 
-    The index holds every column read here, so the table is not touched
-    (pages the visibility map has not marked all-visible apart).
+    The claimable ones through `work_items_claim_idx`, the ones blocked by
+    dependencies through `work_items_blocked_idx`: both hold every column read
+    here, so the table is not touched (pages the visibility map has not marked
+    all-visible apart).
     """
-    unblocked = Q(dependencies_left=0)
-    claimable = unblocked & (Q(run_after__isnull=True) | Q(run_after__lte=Now()))
-    rows = (
-        WorkItem.objects.using(using)
-        .pending()
-        .order_by()
+    pending = WorkItem.objects.using(using).pending().order_by()
+    claimable = Q(run_after__isnull=True) | Q(run_after__lte=Now())
+    pairs: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in (
+        pending.filter(dependencies_left=0)
         .values("queue_name", "work_type")
         .annotate(
             n=Count("*"),
-            deferred=Count("run_after", filter=unblocked & Q(run_after__gt=Now())),
-            blocked=Count("dependencies_left", filter=Q(dependencies_left__gt=0)),
+            deferred=Count("run_after", filter=Q(run_after__gt=Now())),
             oldest=Min("created_at", filter=claimable),
         )
-    )
+    ):
+        pairs[(r["queue_name"], r["work_type"])] = {**r, "blocked": 0}
+    for r in pending.filter(dependencies_left__gt=0).values("queue_name", "work_type").annotate(
+        n=Count("*")
+    ):
+        pair = pairs.setdefault(
+            (r["queue_name"], r["work_type"]), {"n": 0, "deferred": 0, "oldest": None}
+        )
+        pair["blocked"] = r["n"]
     return tuple(
         PendingPair(
-            r["queue_name"], r["work_type"], r["n"], r["deferred"], r["blocked"], r["oldest"]
+            queue, work_type, p["n"] + p["blocked"], p["deferred"], p["blocked"], p["oldest"]
         )
-        for r in rows
+        for (queue, work_type), p in pairs.items()
     )
 
 

@@ -5,9 +5,10 @@ finished in the window. A row is *unserved* when it has pending items and no
 live worker (running, not silent) takes its work type from its queue: that
 work waits forever until someone starts a worker for it.
 
-Queries: pending rows through `work_items_pending_idx` (`backlog.pending_pairs`), in-flight rows
-through the `in_progress` partial index, finished rows of the window through
-`work_items_finished_idx`. Run durations are the last attempt's
+Queries: pending rows through the claim and blocked indexes
+(`backlog.pending_pairs`), in-flight rows through the `in_progress` partial
+index, finished rows of the window through `work_items_finished_idx`. Run
+durations are the last attempt's
 (`completed_at - lease_acquired_at`) of completed items: percentiles in SQL
 on PostgreSQL, in Python over at most `SQLITE_DURATION_ROWS` rows on SQLite.
 """

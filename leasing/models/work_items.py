@@ -282,24 +282,29 @@ class WorkItem(models.Model):
             # Claim order (sql.work_items.CLAIM_ORDER): priority, the time the
             # item became available, enqueue order; the id breaks ties between
             # rows of one bulk INSERT. A claim stops at the first row not yet
-            # available. run_after rides along (it never changes the order: the
-            # id is unique) so the backlog figures are index-only scans, and no
-            # second partial index on pending rows competes with this one.
-            # Items blocked by dependencies are not in it at all, so a claim
-            # never walks past them however many there are.
+            # available. Items blocked by dependencies are not in it at all, so
+            # a claim never walks past them however many there are.
+            # run_after, queue_name and work_type ride along (they never change
+            # the order: the id is unique). A claim filtered to some queues or
+            # work types checks the range of them on the index entry, so items
+            # of the others are skipped without reading the table
+            # (`sql.work_items._range`), and the console's backlog and
+            # queue table are index-only scans of this and the next index.
             models.Index(
                 F("priority").desc(),
                 Coalesce("run_after", "created_at"),
                 "created_at",
                 "work_item_id",
                 "run_after",
+                "queue_name",
+                "work_type",
                 name="work_items_claim_idx",
                 condition=Q(status=WorkItemStatus.PENDING, dependencies_left=0),
             ),
             # Pending items blocked by dependencies (counted by the console;
             # never a claim candidate: its condition excludes dependencies_left = 0).
             models.Index(
-                fields=["created_at"],
+                fields=["created_at", "queue_name", "work_type", "run_after"],
                 name="work_items_blocked_idx",
                 condition=Q(status=WorkItemStatus.PENDING, dependencies_left__gt=0),
             ),
@@ -345,18 +350,6 @@ class WorkItem(models.Model):
                 ],
                 name="work_items_finished_idx",
                 condition=Q(completed_at__isnull=False),
-            ),
-            # The dashboard's backlog and queue table: pending items per queue and
-            # work type, how many are deferred or blocked and the oldest claimable,
-            # in one index-only scan. The
-            # claim never picks it: claims run with sorts and bitmap scans off
-            # (`Dialect.in_claim_order`), and this index has no claim order.
-            # Costs an enqueue one more index entry; a claim none (the claimed
-            # row leaves the condition).
-            models.Index(
-                fields=["queue_name", "work_type", "run_after", "created_at", "dependencies_left"],
-                name="work_items_pending_idx",
-                condition=Q(status=WorkItemStatus.PENDING),
             ),
             # Items by status, the retry distribution and the claims
             # counter (SUM(lease_token)) in one index-only scan. Deliberately

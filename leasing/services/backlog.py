@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.db.models.functions import Now
 
-from ..sql.work_items import ClaimFilters
+from ..sql.terms import ClaimFilters
 
 
 def due_within(seconds: float, filters: ClaimFilters, *, using: str = "default") -> bool:

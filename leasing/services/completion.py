@@ -19,7 +19,7 @@ from .. import signals
 from ..sql import work_items as sql
 from ..sql.dialect import Dialect
 from ..sql.runner import is_infrastructure_error, run, run_each, run_one
-from ..sql.work_items import ClaimFilters, LeaseTerms
+from ..sql.terms import ClaimFilters, LeaseTerms
 from .dependencies import finish_with_dependents
 from .endings import fail_attempt
 from .held import Lease

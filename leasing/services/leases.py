@@ -28,7 +28,7 @@ from ..sql.limits import Limits, lock_statement
 from ..sql.new_items import notify
 from ..sql.renewals import Renewal
 from ..sql.runner import Statement, run, run_each, run_one, to_datetime, translate_db_errors
-from ..sql.work_items import ClaimFilters, LeaseTerms
+from ..sql.terms import ClaimFilters, LeaseTerms
 from .dependencies import finish_with_dependents
 from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, lease_from_row, outcome_from_row
 from .held import refusal as lease_refusal

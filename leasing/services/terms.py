@@ -15,7 +15,7 @@ from ..conf import get_settings
 from ..exceptions import InvalidInput
 from ..sql.limits import Limits
 from ..sql.snapshots import MAX_ERROR_CHARS, clean_text
-from ..sql.work_items import ClaimFilters, LeaseTerms
+from ..sql.terms import ClaimFilters, LeaseTerms
 
 
 def retry_backoff_seconds(retry_count: int) -> float:

@@ -9,7 +9,8 @@ each SET list, the database clock), so a change to a transition is one edit:
 * `runner`      running a statement, translating driver errors, decoding rows;
 * `work_items`  claim, complete, fail/retry, requeue, renew, time out, operator
                 transitions, the NOTIFY that wakes idle workers;
-* `pauses`      pausing and resuming queues and work types; the claim's pause probe;
+* `terms`       what a claim asks for: its lease terms and filters;
+* `pauses`      pausing and resuming queues and work types; the claim's pause check;
 * `limits`      concurrency limits inside the claim (counts, branches, advisory locks);
 * `recovery`    the sweep's recovery of expired leases, with its checkpoints;
 * `checkpoints` appending checkpoints (fenced by a lease or not), retention;

@@ -18,7 +18,7 @@ from ..exceptions import UnknownWorkType
 from ..handlers import HandlerRegistry, HandlerSpec
 from ..handlers import registry as handler_registry
 from ..services.processes import new_process_id
-from ..sql.work_items import ClaimFilters, LeaseTerms
+from ..sql.terms import ClaimFilters, LeaseTerms
 
 
 @dataclass(frozen=True, slots=True)
