@@ -94,7 +94,9 @@ test-bench-smoke: venv
 
 # What CI runs (.ci/run): the README's `make test`, the suite on Django 6.0 and
 # the HA suite, about 25 minutes in all.
-ci: test test-django60 test-ha
+ci: test
+	$(MAKE) --no-print-directory test-django60 PYTEST_ARGS='-m "not browser"'
+	$(MAKE) --no-print-directory test-ha
 
 # Failover, a transaction pooler, network partitions and a read replica, on
 # throwaway clusters, pgbouncer and network namespaces this machine makes and
