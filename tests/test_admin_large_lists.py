@@ -109,3 +109,17 @@ def test_date_hierarchy_of_a_counted_list_spans_only_its_rows(viewer_client, eig
     assert f"created_at__day={today.day}" in html
     everything = viewer_client.get(changelist_url()).content.decode()
     assert f"created_at__year={a_year_ago.year}" in everything
+
+
+def test_date_hierarchy_of_a_long_exactly_counted_list_spans_all_its_rows(
+    monkeypatch, viewer_client, eight_items
+):
+    # SQLite counts every list exactly; past the exact limit its bounds must
+    # still come from every row, not from the first `exact_limit` ones.
+    old = enqueue("zz-old", "noop")  # last by insertion and by task id: outside the first rows
+    a_year_ago = database_now() - timedelta(days=400)
+    WorkItem.objects.filter(pk=old.pk).update(created_at=a_year_ago)
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_limit", 3)
+    html = viewer_client.get(changelist_url("status__exact=pending")).content.decode()
+    assert f"created_at__year={a_year_ago.year}" in html
+    assert f"created_at__year={database_now().year}" in html

@@ -80,12 +80,13 @@ class LeasingChangeList(ChangeList):
         if not self.date_hierarchy:
             return None
         field = self.date_hierarchy
+        limit = getattr(self.paginator, "exact_limit", None)
         if getattr(self.paginator, "is_estimate", False):
             rows = self.model._default_manager.using(self.queryset.db).order_by()
-        else:
-            limit = getattr(self.paginator, "exact_limit", None)
-            rows = self.queryset.order_by().values(field)
-            rows = rows[: limit + 1] if limit else rows
+        elif limit is not None and self.result_count <= limit:
+            rows = self.queryset.order_by().values(field)[: limit + 1]
+        else:  # SQLite counts every list exactly, however long
+            rows = self.queryset.order_by()
         bounds = rows.aggregate(first=Min(field), last=Max(field))
         return bounded_date_hierarchy(self, bounds["first"], bounds["last"])
 
