@@ -22,7 +22,7 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .PHONY: venv venv-django60 lint test test-sqlite test-postgres test-django60 \
 	test-django60-postgres new-user test-ha \
-	test-bench-smoke ci \
+	test-bench-smoke ci ci-django60 \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean
 
 $(VENV)/.installed: pyproject.toml
@@ -94,9 +94,18 @@ test-bench-smoke: venv
 
 # What CI runs (.ci/run): the README's `make test`, the suite on Django 6.0 and
 # the HA suite, about 25 minutes in all.
-ci: test
-	$(MAKE) --no-print-directory test-django60 PYTEST_ARGS='-m "not browser"'
-	$(MAKE) --no-print-directory test-ha
+# CI's pass on Django 6.0: not the browser tests (the HTML tests render the same
+# pages) nor the modules that run workers, demos and crashes in real processes
+# (their code does not depend on the Django release), so that CI stays well
+# under 30 minutes on a slow host.
+DJANGO60_CI_ARGS = -m "not browser" --ignore=tests/test_demo.py \
+	--ignore=tests/test_edges_runs.py --ignore=tests/test_crash.py \
+	--ignore=tests/test_lease_concurrency.py --ignore=tests/test_worker_process.py
+
+ci-django60:
+	$(MAKE) --no-print-directory test-django60 PYTEST_ARGS='$(DJANGO60_CI_ARGS)'
+
+ci: test ci-django60 test-ha
 
 # Failover, a transaction pooler, network partitions and a read replica, on
 # throwaway clusters, pgbouncer and network namespaces this machine makes and
