@@ -163,7 +163,9 @@ def test_the_demo_keeps_an_expired_lease_visible_and_restarts_a_killed_worker(tm
         assert expired_leases(db), "the demo data set has no expired lease"
         announced = said("expired lease awaiting the sweep:")
         assert announced and "demo-" in announced, "".join(lines)
-        assert said(f"the recovery sweep starts in {expired_for:g} s")
+        # The supervisor prints its children's lines after that one, once it has
+        # spawned the dashboard and the worker (the sweep is the last child).
+        until(lambda: said(f"the recovery sweep starts in {expired_for:g} s"), timeout=20)
         worker_line = said("started the worker (pid ")
         assert worker_line, "".join(lines)
         worker_pid = int(worker_line.split("pid ")[1].rstrip(")\n"))
