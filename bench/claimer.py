@@ -57,11 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.db import connection
 
-    import leasing.sql.work_items as statements
+    from bench.pausecheck import set_pause_check
 
-    variants = {"shipped": statements.not_paused, "without": lambda d: "TRUE"}
     if args.without_pause_check:
-        statements.not_paused = variants["without"]
+        set_pause_check(False)
 
     from leasing import LeaseManager
     from leasing.services.completion import complete
@@ -75,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     first = manager.acquire_leases(args.batch, 300, work_type_filter=[args.work_type])
     complete(manager, [(lease, None) for lease in first])
     durations_ns: list[int] = []
-    by_variant: dict[str, list[int]] = {name: [] for name in variants}
+    by_variant: dict[str, list[int]] = {"shipped": [], "without": []}
     claimed = len(first)
     for i in range(args.count):
         variant = ("shipped", "without")[i % 2] if args.alternate_pause_check else ""
         if variant:
-            statements.not_paused = variants[variant]
+            set_pause_check(variant == "shipped")
         t0 = time.perf_counter_ns()
         leases = manager.acquire_leases(args.batch, 300, work_type_filter=[args.work_type])
         t1 = time.perf_counter_ns()

@@ -14,6 +14,7 @@ from leasing import LeaseManager, enqueue, enqueue_many
 from leasing.sql.dialect import Dialect
 from leasing.sql.terms import ClaimFilters
 from leasing.sql.work_items import _candidates
+from tests.plans import work_item_scans
 
 pytestmark = pytest.mark.django_db
 
@@ -37,13 +38,6 @@ def test_a_claim_filtered_by_queues_takes_all_of_them_and_nothing_else():
     assert sorted(lease.queue_name for lease in leases) == sorted(NAMES)
 
 
-def _plan_nodes(plan: dict) -> list[dict]:
-    nodes = [plan]
-    for child in plan.get("Plans", []):
-        nodes += _plan_nodes(child)
-    return nodes
-
-
 @pytest.mark.postgres
 @pytest.mark.parametrize("column", ["work_type", "queue_name"])
 def test_items_of_other_types_or_queues_ahead_in_claim_order_are_not_read(column):
@@ -62,11 +56,7 @@ def test_items_of_other_types_or_queues_ahead_in_claim_order_are_not_read(column
         plan = cursor.fetchone()[0][0]["Plan"]
         cursor.execute(sql, params)
         assert cursor.fetchall() == [(item.pk,)]
-    scans = [
-        n
-        for n in _plan_nodes(plan)
-        if "Scan" in n["Node Type"] and n.get("Relation Name") == "work_items"
-    ]
+    scans = work_item_scans(plan)
     assert [n.get("Index Name") for n in scans] == ["work_items_claim_idx"], plan
     # The 2,000 others were passed over on the index: one row read, none filtered out.
     assert column in scans[0]["Index Cond"], plan

@@ -22,6 +22,7 @@ from leasing.services.endings import fail_attempt
 from leasing.services.retention import purge_finished_items
 from leasing.sql.runner import database_now
 from leasing.sweep import RecoverySweep
+from tests.plans import work_item_scans
 
 pytestmark = pytest.mark.django_db
 
@@ -439,13 +440,6 @@ def test_completing_an_item_nobody_depends_on_is_one_statement():
 # --- the claim never walks past blocked items ---------------------------------------------
 
 
-def _plan_nodes(plan: dict) -> list[dict]:
-    nodes = [plan]
-    for child in plan.get("Plans", []):
-        nodes += _plan_nodes(child)
-    return nodes
-
-
 @pytest.mark.postgres
 def test_the_claim_reads_no_blocked_item_however_many_there_are():
     from leasing.sql.dialect import Dialect
@@ -468,11 +462,7 @@ def test_the_claim_reads_no_blocked_item_however_many_there_are():
         assert cursor.fetchall() == [(parent.pk,)]
     # Of work_items, the claim reads one row of its index (the pause probes
     # read the small pauses table, not work items).
-    scans = [
-        n
-        for n in _plan_nodes(plan)
-        if "Scan" in n["Node Type"] and n.get("Relation Name") == "work_items"
-    ]
+    scans = work_item_scans(plan)
     assert [n.get("Index Name") for n in scans] == ["work_items_claim_idx"], plan
     assert scans[0]["Actual Rows"] == 1
     assert scans[0].get("Rows Removed by Filter", 0) == 0

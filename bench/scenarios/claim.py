@@ -84,26 +84,13 @@ class _Rollback(Exception):
     pass
 
 
-@contextlib.contextmanager
-def pause_check_removed(removed: bool = True) -> Iterator[None]:
-    """In this process, claims built meanwhile have no pause check (the baseline)."""
-    import leasing.sql.work_items as statements
-
-    shipped = statements.not_paused
-    if removed:
-        statements.not_paused = lambda d: "TRUE"
-    try:
-        yield
-    finally:
-        statements.not_paused = shipped
-
-
 def explain_claim(
     bench: Bench, batch: int, *, without_pause_check: bool = False
 ) -> dict[str, Any] | None:
     """EXPLAIN ANALYZE of the very claim statement acquire_leases sends (rolled back)."""
     from django.db import connection, transaction
 
+    from bench.pausecheck import pause_check_removed
     from leasing import LeaseManager
 
     captured: list[tuple[str, Any]] = []
