@@ -11,7 +11,8 @@ from django.utils import timezone
 from leasing import LeaseManager, RecoverySweep
 from leasing.console.backlog import bucket_bounds, throughput
 from leasing.console.history import analytics, run_durations
-from leasing.models import Worker, WorkItem
+from leasing.models import FinishedHour, Worker, WorkItem
+from leasing.services.rollups import floor_hour, roll_up_finished_hours
 from leasing.sql.runner import database_now
 from tests.test_admin_support import VIEW_ALL, claim, make_user, shift
 
@@ -109,20 +110,19 @@ def test_history_page_and_fragments():
 
 
 @pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/St_Johns"])
-def test_peak_hours_fold_into_the_local_weekday_and_hour_of_any_offset(zone):
+@pytest.mark.parametrize("rolled_up", [False, True], ids=["recent", "rolled-up"])
+def test_peak_hours_fold_into_the_local_weekday_and_hour_of_any_offset(zone, rolled_up):
     # Kolkata is UTC+5:30 and St John's UTC-3:30 in November: a quarter hour
-    # either side of a local midnight or hour must land in the right cell.
-    from datetime import UTC, datetime
-
-    from leasing.console.history import _peak_hours
-
-    now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)  # a Thursday
+    # either side of a local midnight or hour must land in the right cell,
+    # whether the week is read from the items or from the hourly rollup.
+    now = database_now()
+    anchor = floor_hour(now - timedelta(days=3))
     moments = [
-        datetime(2026, 11, 23, 10, 40, tzinfo=UTC),
-        datetime(2026, 11, 22, 18, 20, tzinfo=UTC),
-        datetime(2026, 11, 22, 18, 40, tzinfo=UTC),
-        datetime(2026, 11, 25, 3, 25, tzinfo=UTC),
-        datetime(2026, 11, 25, 3, 35, tzinfo=UTC),
+        anchor + timedelta(minutes=40),
+        anchor + timedelta(minutes=20),
+        anchor - timedelta(hours=30, minutes=-25),
+        anchor - timedelta(hours=30, minutes=-35),
+        anchor - timedelta(days=2, minutes=5),
     ]
     for n, moment in enumerate(moments):
         item = WorkItem.objects.create(task_id=f"peak-{n}", work_type="resize")
@@ -131,8 +131,13 @@ def test_peak_hours_fold_into_the_local_weekday_and_hour_of_any_offset(zone):
     WorkItem.objects.filter(pk=too_old.pk).update(
         status="completed", completed_at=now - timedelta(days=8)
     )
+    if rolled_up:
+        roll_up_finished_hours(max_hours=24 * 9)
+        # The first pass reaches back 8 days: the moments and the one too old for the week.
+        assert sum(FinishedHour.objects.values_list("items", flat=True)) == len(moments) + 1
+        WorkItem.objects.filter(task_id__startswith="peak-").delete()  # read from the rollup only
     with timezone.override(zone):
-        grid = _peak_hours(now, "default")
+        grid = analytics(window_minutes=60, now=now).peak
         expected = [[0] * 24 for _ in range(7)]
         for moment in moments:
             local = timezone.localtime(moment)

@@ -14,6 +14,7 @@ from ..models import WorkItem, WorkItemStatus
 from ..sql.runner import database_now
 from .census import FINISHED, CompletedAndFailed, FinishedTotals
 from .durations import age
+from .finished import FinishedWindow
 
 # --- backlog ------------------------------------------------------------------------------
 
@@ -66,8 +67,10 @@ def pending_pairs(*, using: str = "default") -> tuple[PendingPair, ...]:
         )
     ):
         pairs[(r["queue_name"], r["work_type"])] = {**r, "blocked": 0}
-    for r in pending.filter(dependencies_left__gt=0).values("queue_name", "work_type").annotate(
-        n=Count("*")
+    for r in (
+        pending.filter(dependencies_left__gt=0)
+        .values("queue_name", "work_type")
+        .annotate(n=Count("*"))
     ):
         pair = pairs.setdefault(
             (r["queue_name"], r["work_type"]), {"n": 0, "deferred": 0, "oldest": None}
@@ -162,14 +165,27 @@ GROUP BY 1, 2
 
 
 def throughput(
-    *, window_minutes: int = 60, now: datetime | None = None, using: str = "default"
+    *,
+    window_minutes: int = 60,
+    now: datetime | None = None,
+    using: str = "default",
+    finished: FinishedWindow | None = None,
 ) -> Throughput:
-    """Completions and failures per bucket, from `work_items_finished_idx` (index-only)."""
+    """Completions and failures per bucket, from `work_items_finished_idx` (index-only).
+
+    `finished`: the window's groups when the caller has read them (a day or a
+    week: the hourly rollup, `console.finished`); the buckets are then summed
+    from those.
+    """
     now = now or database_now(using)
     start, step, count = bucket_bounds(window_minutes, now)
     completed = [0] * count
     failed = [0] * count
-    for bucket_start, status, n in _finished_per_bucket(start, step, window_minutes, using):
+    if finished is not None:
+        rows = [(g.hour, g.status, g.items) for g in finished.groups]
+    else:
+        rows = _finished_per_bucket(start, step, window_minutes, using)
+    for bucket_start, status, n in rows:
         index = int((bucket_start - start) // step)
         if 0 <= index < count:
             target = completed if status == WorkItemStatus.COMPLETED else failed

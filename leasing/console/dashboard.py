@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from ..sql.runner import database_now
 from .backlog import Backlog, Throughput, backlog, pending_pairs, throughput
 from .census import FINISHED, RetryDistribution, StatusCounts, retry_distribution, status_count
+from .finished import finished_window, is_rolled
 from .leases import LeaseHealthSummary, lease_health
 from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
 from .queues import QueueRow, queue_table
@@ -31,6 +32,9 @@ class Dashboard:
     payloads_included: bool
     # How far the read database is behind the primary; None: the console reads the primary.
     replica: ReplicaLag | None = None
+    # A day or a week: the window's finished figures start on this hour, and
+    # its run-time percentiles are read from histograms.
+    rolled_from: datetime | None = None
 
 
 def build_dashboard(
@@ -46,7 +50,10 @@ def build_dashboard(
     Items by status: pending from the backlog, in progress from lease
     health, completed and failed exactly while small, else estimated
     (`census.status_count`). The retry distribution is that of the items
-    finished in the window: no figure reads the whole history.
+    finished in the window: no figure reads the whole history. A day or a
+    week (`finished.is_rolled`) starts on an hour and is read from the
+    hourly rollup plus the items finished since it (`finished.finished_window`),
+    once for every figure of the window.
 
     Every figure is read from `using`; when that is not `primary` (a read
     replica), the page also says how far behind the primary it is.
@@ -59,6 +66,7 @@ def build_dashboard(
     pairs = pending_pairs(using=using)  # read once: the backlog and the queue table
     pending = backlog(now=now, using=using, pairs=pairs)
     window_start = now - timedelta(minutes=window_minutes)
+    rolled = finished_window(window_start, using=using) if is_rolled(window_minutes) else None
     finished = {status: status_count(status, using=using) for status in FINISHED}
     statuses = StatusCounts(
         pending=pending.pending,
@@ -72,14 +80,19 @@ def build_dashboard(
         lease_health=health,
         backlog=pending,
         statuses=statuses,
-        retries=retry_distribution(since=window_start, using=using),
-        throughput=throughput(window_minutes=window_minutes, now=now, using=using),
+        retries=(
+            retry_distribution(since=window_start, using=using)
+            if rolled is None
+            else rolled.retries()
+        ),
+        throughput=throughput(window_minutes=window_minutes, now=now, using=using, finished=rolled),
         queues=queue_table(
             window_start=window_start,
             now=now,
             workers=workers,
             using=using,
             pending=pairs,
+            finished=rolled,
         ),
         sweep=sweep_health(now=now, using=using),
         workers=workers,
@@ -89,4 +102,5 @@ def build_dashboard(
         ),
         payloads_included=include_payloads,
         replica=replica,
+        rolled_from=None if rolled is None else rolled.start,
     )

@@ -9,23 +9,33 @@ Read-only, each query bounded by its window and shaped for an index:
   (`checkpoints_type_idx`, then each row's small `metadata`);
 * renewals: live leases whose heartbeat moved in the last minute (the
   `in_progress` partial index);
-* peak hours: completions of the last 7 days by weekday and hour of day
-  (index-only, counted per quarter hour), in the site's time zone.
+* peak hours: completions of the last 7 days by weekday and hour of day, in
+  the site's time zone, from the hourly rollup (`console.finished`);
+* a day or a week window: every finished figure from the same groups.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.db import connections
 from django.db.models import Avg, Count, F, Q
-from django.db.models.functions import ExtractHour, ExtractIsoWeekDay, Now
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..models import Checkpoint, CheckpointType, Worker, WorkItem, WorkItemStatus
 from .backlog import THROUGHPUT_WINDOWS, bucket_bounds
+from .finished import (
+    FinishedGroup,
+    FinishedWindow,
+    finished_window,
+    histogram_percentile,
+    is_rolled,
+    merge,
+    per_bucket,
+)
 from .leases import lease_health
 from .queues import percentile
 
@@ -34,6 +44,7 @@ SQLITE_DURATION_ROWS = 50_000
 PEAK_DAYS = 7
 NEAR_CAP_SECONDS = 300
 WORKERS_SHOWN = 20
+QUARTER = timedelta(minutes=15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +64,17 @@ class DurationSeries:
 
 
 def run_durations(
-    *, window_minutes: int, now: datetime, using: str = "default"
+    *,
+    window_minutes: int,
+    now: datetime,
+    using: str = "default",
+    finished: FinishedWindow | None = None,
 ) -> tuple[DurationSeries, ...]:
-    start, step, _ = bucket_bounds(window_minutes, now)
-    if connections[using].vendor == "postgresql":
+    """Per work type and bucket; from `finished` (a day or a week's groups) when given."""
+    start, step, count = bucket_bounds(window_minutes, now)
+    if finished is not None:
+        rows = _durations_from_groups(finished, start, step, count)
+    elif connections[using].vendor == "postgresql":
         rows = _durations_postgres(start, step, using)
     else:
         rows = _durations_python(start, step, using)
@@ -64,6 +82,23 @@ def run_durations(
     for work_type, bucket_start, count, p50, p95 in sorted(rows):
         series[work_type].append(DurationPoint(bucket_start, count, p50, p95))
     return tuple(DurationSeries(t, tuple(points)) for t, points in sorted(series.items()))
+
+
+def _durations_from_groups(
+    finished: FinishedWindow, start: datetime, step: timedelta, count: int
+) -> list[tuple[str, datetime, int, float, float]]:
+    rows = []
+    for index, groups in per_bucket(finished.groups, start, step, count).items():
+        by_type: dict[str, list[FinishedGroup]] = defaultdict(list)
+        for group in groups:
+            by_type[group.work_type].append(group)
+        for work_type, typed in by_type.items():
+            histogram = merge(g.run_histogram for g in typed)
+            p50, p95 = histogram_percentile(histogram, 0.5), histogram_percentile(histogram, 0.95)
+            if p50 is not None and p95 is not None:
+                timed = sum(histogram.values())
+                rows.append((work_type, start + index * step, timed, p50, p95))
+    return rows
 
 
 _DURATIONS_SQL = """
@@ -167,17 +202,44 @@ class Analytics:
         return self.no_progress + self.expired_awaiting_sweep + self.near_cap
 
 
-def analytics(*, window_minutes: int, now: datetime, using: str = "default") -> Analytics:
+def analytics(
+    *,
+    window_minutes: int,
+    now: datetime,
+    using: str = "default",
+    week: FinishedWindow | None = None,
+) -> Analytics:
+    """The window's lease analytics; peak hours over the last week.
+
+    `week`: the last week's finished groups (`console.finished`) when the
+    caller has read them; a day or a week window takes its finished figures
+    from them too.
+    """
     if window_minutes not in THROUGHPUT_WINDOWS:
         raise ValueError(f"window_minutes must be one of {sorted(THROUGHPUT_WINDOWS)}")
     start = now - timedelta(minutes=window_minutes)
+    if week is None:
+        week = finished_window(now - timedelta(days=PEAK_DAYS), using=using)
     items = WorkItem.objects.using(using).order_by()
-    completed = Q(status=WorkItemStatus.COMPLETED)
-    finished = items.filter(completed_at__gte=start).aggregate(
-        completed=Count("status", filter=completed),
-        failed=Count("status", filter=Q(status=WorkItemStatus.FAILED)),
-        average=Avg(F("completed_at") - F("lease_acquired_at"), filter=completed),
-    )
+    if is_rolled(window_minutes):
+        part = week.since(start)
+        finished = {
+            "completed": part.count(WorkItemStatus.COMPLETED),
+            "failed": part.count(WorkItemStatus.FAILED),
+            "average_seconds": part.average_run_seconds(),
+        }
+    else:
+        completed = Q(status=WorkItemStatus.COMPLETED)
+        counted = items.filter(completed_at__gte=start).aggregate(
+            completed=Count("status", filter=completed),
+            failed=Count("status", filter=Q(status=WorkItemStatus.FAILED)),
+            average=Avg(F("completed_at") - F("lease_acquired_at"), filter=completed),
+        )
+        average = counted.pop("average")
+        finished = {
+            **counted,
+            "average_seconds": None if average is None else average.total_seconds(),
+        }
     health = lease_health(using=using)
     renewed = (
         items.in_progress()
@@ -193,12 +255,11 @@ def analytics(*, window_minutes: int, now: datetime, using: str = "default") -> 
         )
         .count()
     )
-    average = finished["average"]
     return Analytics(
         window_minutes=window_minutes,
         completed=finished["completed"],
         failed=finished["failed"],
-        average_lease_seconds=None if average is None else average.total_seconds(),
+        average_lease_seconds=finished["average_seconds"],
         expirations=expirations,
         live_leases=health.healthy + health.stale_live,
         renewed_last_minute=renewed,
@@ -206,7 +267,7 @@ def analytics(*, window_minutes: int, now: datetime, using: str = "default") -> 
         expired_awaiting_sweep=health.expired,
         near_cap=leases_near_cap(using=using),
         per_worker=_per_worker(using),
-        peak=_peak_hours(now, using),
+        peak=_peak_hours(week),
     )
 
 
@@ -234,48 +295,20 @@ def _per_worker(using: str) -> tuple[WorkerShare, ...]:
     return tuple(WorkerShare(*row) for row in rows)
 
 
-# Peak hours are counted per quarter hour in SQL (every UTC offset in use is a
-# whole number of quarter hours) and folded into local weekday x hour here:
-# grouping by a plain bucket is a hash aggregate, where extracting a local
-# weekday and hour per row made PostgreSQL sort every row of the week.
-_PEAK_BUCKET_SECONDS = 900
-_PEAK_SQL = """
-SELECT extract(epoch FROM date_bin(%(step)s, completed_at, timestamptz '2000-01-01 00:00+00')),
-       count(*)
-FROM work_items
-WHERE status = %(completed)s AND completed_at >= %(start)s
-GROUP BY 1
-"""
+def _peak_hours(week: FinishedWindow) -> tuple[tuple[int, ...], ...]:
+    """Completions by local weekday and hour, from the week's hourly groups.
 
-
-def _peak_hours(now: datetime, using: str) -> tuple[tuple[int, ...], ...]:
+    Each group counts its items per quarter of the hour, and every UTC offset
+    in use is a whole number of quarter hours: each quarter lies in one local
+    hour.
+    """
     grid = [[0] * 24 for _ in range(7)]
-    start = now - timedelta(days=PEAK_DAYS)
-    if connections[using].vendor == "postgresql":
-        with connections[using].cursor() as cursor:
-            cursor.execute(
-                _PEAK_SQL,
-                {
-                    "step": timedelta(seconds=_PEAK_BUCKET_SECONDS),
-                    "completed": WorkItemStatus.COMPLETED.value,
-                    "start": start,
-                },
-            )
-            buckets = [(float(epoch), n) for epoch, n in cursor.fetchall()]
-        zone = timezone.get_current_timezone()
-        for epoch, n in buckets:
-            local = datetime.fromtimestamp(epoch, tz=UTC).astimezone(zone)
-            grid[local.isoweekday() - 1][local.hour] += n
-        return tuple(tuple(day) for day in grid)
-    rows = (
-        WorkItem.objects.using(using)
-        .completed()
-        .filter(completed_at__gte=start)
-        .annotate(day=ExtractIsoWeekDay("completed_at"), hour=ExtractHour("completed_at"))
-        .order_by()
-        .values("day", "hour")
-        .annotate(n=Count("*"))
-    )
-    for row in rows:
-        grid[row["day"] - 1][row["hour"]] += row["n"]
+    zone = timezone.get_current_timezone()
+    for group in week.groups:
+        if group.status != WorkItemStatus.COMPLETED:
+            continue
+        for quarter, items in enumerate(group.quarters):
+            if items:
+                local = (group.hour + quarter * QUARTER).astimezone(zone)
+                grid[local.isoweekday() - 1][local.hour] += items
     return tuple(tuple(day) for day in grid)

@@ -30,6 +30,7 @@ from ..states import PauseKind
 from .backlog import PendingPair, pending_pairs
 from .census import FINISHED
 from .durations import age
+from .finished import FinishedGroup, FinishedWindow, histogram_percentile, merge
 from .processes import ProcessInfo
 
 ROWS_SHOWN = 200
@@ -108,11 +109,14 @@ def queue_table(
     workers: Iterable[ProcessInfo],
     using: str = "default",
     pending: tuple[PendingPair, ...] | None = None,
+    finished: FinishedWindow | None = None,
 ) -> tuple[QueueRow, ...]:
     """Every (queue, work type) pair with work, unserved pairs first, then by backlog.
 
     `pending`: the pairs' pending items when the caller has read them already
-    (`backlog.pending_pairs`).
+    (`backlog.pending_pairs`). `finished`: the window's finished groups (a day
+    or a week, `console.finished`), which then give the finished counts and
+    run-time percentiles instead of `window_start`'s items.
     """
     parts: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -132,7 +136,10 @@ def queue_table(
     items = WorkItem.objects.using(using).order_by()
     for r in items.in_progress().values("queue_name", "work_type").annotate(n=Count("*")):
         row(r["queue_name"], r["work_type"])["in_flight"] = r["n"]
-    _finished(row, window_start, using)
+    if finished is None:
+        _finished(row, window_start, using)
+    else:
+        _finished_from_groups(row, finished)
     live = [w for w in workers if w.liveness.alive]
     gates = _gates(parts.values(), using)
     built = []
@@ -198,6 +205,21 @@ def _finished(row: Any, window_start: datetime, using: str) -> None:
             target.update(p50_seconds=_seconds(r["p50"]), p95_seconds=_seconds(r["p95"]))
     if not postgres:
         _percentiles_in_python(row, finished.filter(timed), SQLITE_DURATION_ROWS)
+
+
+def _finished_from_groups(row: Any, finished: FinishedWindow) -> None:
+    """Counts and percentiles per pair from the window's groups (histogram percentiles)."""
+    pairs: dict[tuple[str, str], list[FinishedGroup]] = defaultdict(list)
+    for group in finished.groups:
+        pairs[(group.queue_name, group.work_type)].append(group)
+    for (queue_name, work_type), groups in pairs.items():
+        histogram = merge(g.run_histogram for g in groups)
+        row(queue_name, work_type).update(
+            completed=sum(g.items for g in groups if g.status == WorkItemStatus.COMPLETED),
+            failed=sum(g.items for g in groups if g.status == WorkItemStatus.FAILED),
+            p50_seconds=histogram_percentile(histogram, 0.5),
+            p95_seconds=histogram_percentile(histogram, 0.95),
+        )
 
 
 def _seconds(value: timedelta | None) -> float | None:

@@ -1,5 +1,6 @@
 """The tables, declared as models: `work_items`, `checkpoints`, `idempotency_keys`,
-`workers`, `work_item_dependencies`, `schedules` and `leasing_pauses`.
+`workers`, `work_item_dependencies`, `schedules`, `leasing_pauses` and the
+console's hourly rollup (`leasing_finished_hours`, `leasing_rollup_marks`).
 
 Table and column names are the product's documented schema, so monitoring SQL
 written against the tables runs unchanged. State changes do not live here:
@@ -13,6 +14,7 @@ from .dependencies import WorkItemDependency
 from .idempotency import IdempotencyKey, IdempotencyKeyQuerySet, IdempotencyStatus
 from .pauses import Pause, PauseQuerySet
 from .processes import Worker, WorkerQuerySet, WorkerRole, WorkerStatus
+from .rollups import FinishedHour, RollupMark
 from .schedules import MissedPolicy, Schedule
 from .work_items import LeaseHealth, WorkItem, WorkItemQuerySet, WorkItemStatus
 
@@ -20,6 +22,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointQuerySet",
     "CheckpointType",
+    "FinishedHour",
     "IdempotencyKey",
     "IdempotencyKeyQuerySet",
     "IdempotencyStatus",
@@ -27,6 +30,7 @@ __all__ = [
     "MissedPolicy",
     "Pause",
     "PauseQuerySet",
+    "RollupMark",
     "Schedule",
     "WorkItem",
     "WorkItemDependency",

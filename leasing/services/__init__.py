@@ -12,6 +12,7 @@ Each module owns one concern and is the only caller of its statements:
 * `pauses`      `pause()`, `resume()`: stop and restart claims of a queue or work type;
 * `processes`   worker and sweep processes in the `workers` table;
 * `retention`   purging finished items;
+* `rollups`     the hourly rollup of finished items the console's day and week read;
 * `held`, `terms` the lease value types and the validated claim terms.
 
 The runtimes (`leasing.worker`, `leasing.sweep`) and the edges (admin,

@@ -28,6 +28,7 @@ class RecoveryStats:
     keys_expired: int = 0
     workers_lost: int = 0
     batches: int = 0
+    hours_rolled_up: int = 0  # hours folded into the console's hourly rollup
     scanned_at: datetime | None = None  # the database clock when the pass began
 
     def as_dict(self) -> dict[str, Any]:
@@ -52,4 +53,5 @@ def describe(stats: RecoveryStats) -> str:
         f"{stats.checkpoints_created} checkpoints written, {stats.checkpoints_deleted} pruned; "
         f"{stats.keys_expired} idempotency keys expired; {stats.workers_lost} workers lost; "
         f"{stats.errors} errors; {stats.scan_duration_ms:.0f} ms"
+        + (f"; {stats.hours_rolled_up} hours rolled up" if stats.hours_rolled_up else "")
     )

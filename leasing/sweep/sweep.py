@@ -3,8 +3,9 @@
 A worker that dies or hangs stops renewing its lease. Each pass of the sweep
 recovers every `in_progress` item whose lease ran out (by the database
 clock), batch by batch (`leasing.services.recovery`), then enforces
-checkpoint retention, deletes expired idempotency keys and marks processes
-that went silent `lost`.
+checkpoint retention, deletes expired idempotency keys, marks processes
+that went silent `lost` and rolls the hours that ended up for the console
+(`leasing.services.rollups`).
 
 A running sweep registers in the `workers` table (role `sweeper`) and
 records every pass there, which is how the console knows when the watchdog
@@ -31,6 +32,7 @@ from ..services import processes
 from ..services.checkpoints import cleanup_checkpoints
 from ..services.idempotency import delete_expired_keys
 from ..services.recovery import recover_batch
+from ..services.rollups import roll_up_finished_hours
 from ..sql.runner import close_connection, database_now, is_lock_conflict, translate_db_errors
 from ..states import WorkerRole, WorkerStatus
 from .stats import COUNTED, RecoveryStats, describe
@@ -134,7 +136,14 @@ class RecoverySweep:
             counts: dict[str, Any] = dict.fromkeys(COUNTED, 0)
             counts["scanned_at"] = None
             outage = False
-            for step in (self._recover_expired, self._cleanup, self._expire_keys, self._mark_lost):
+            steps = (
+                self._recover_expired,
+                self._cleanup,
+                self._expire_keys,
+                self._mark_lost,
+                self._roll_up,
+            )
+            for step in steps:
                 if outage or self._stopping():
                     break
                 try:
@@ -226,6 +235,11 @@ class RecoverySweep:
         if lost:
             logger.warning("recovery sweep %s: marked lost: %s", self.worker_id, ", ".join(lost))
         counts["workers_lost"] = len(lost)
+
+    def _roll_up(self, counts: dict[str, Any]) -> None:
+        """Fold the hours that ended into the console's hourly rollup (one query most passes)."""
+        with translate_db_errors():
+            counts["hours_rolled_up"] = roll_up_finished_hours(using=self.using).hours
 
     # --- bookkeeping ----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.http import HttpRequest
@@ -10,7 +11,8 @@ from django.template.response import TemplateResponse
 from ...conf import read_alias
 from ...console.backlog import bucket_bounds, throughput
 from ...console.charts import throughput_chart
-from ...console.history import analytics, run_durations
+from ...console.finished import finished_window, is_rolled
+from ...console.history import PEAK_DAYS, analytics, run_durations
 from ...console.plots import WEEKDAYS, duration_chart, heat_map, worker_bars
 from ...sql.runner import database_now
 from ..forms import WindowForm
@@ -29,13 +31,17 @@ def history_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templat
     using = read_alias()
     now = database_now(using)
     start, step, count = bucket_bounds(minutes, now)
-    finished = throughput(window_minutes=minutes, now=now, using=using)
-    durations = run_durations(window_minutes=minutes, now=now, using=using)
-    stats = analytics(window_minutes=minutes, now=now, using=using)
+    # The last week's finished items, read once: peak hours, and every figure of a day or week.
+    week = finished_window(now - timedelta(days=PEAK_DAYS), using=using)
+    rolled = week.since(now - timedelta(minutes=minutes)) if is_rolled(minutes) else None
+    finished = throughput(window_minutes=minutes, now=now, using=using, finished=rolled)
+    durations = run_durations(window_minutes=minutes, now=now, using=using, finished=rolled)
+    stats = analytics(window_minutes=minutes, now=now, using=using, week=week)
     context |= {
         "form": form,
         "window_label": WindowForm.WINDOWS[minutes],
         "now": now,
+        "rolled_from": None if rolled is None else rolled.start,
         "refresh": REFRESH_SECONDS,
         "throughput": finished,
         "throughput_chart": throughput_chart(finished),

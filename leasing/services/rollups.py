@@ -1,0 +1,189 @@
+"""The hourly rollup of finished items, written by the sweep, read by the console.
+
+Each sweep pass calls `roll_up_finished_hours()`: every hour that ended more
+than `GRACE` ago and is not rolled up yet is folded into
+`leasing_finished_hours` rows (at most `MAX_HOURS_PER_PASS` hours a pass, so
+the first pass on a large table stays short), and rows older than `KEEP` are
+pruned. The mark (`leasing_rollup_marks`) is locked for the pass, so two
+sweeps never roll the same hour up twice.
+
+`GRACE` covers the completions whose transaction commits after the hour
+ended: their `completed_at` is the statement's time, a few milliseconds
+before the commit. A finished item that shows up later than that is not
+counted in its hour.
+
+`finished_groups()` reads the items finished in a range from `work_items`
+and groups them exactly as the rollup does; the console adds it to the
+rolled rows for the hours since the mark.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from .. import validation
+from ..sql import rollups as sql
+from ..sql.dialect import Dialect
+from ..sql.runner import database_now, dump_json, run, run_one, to_datetime, translate_db_errors
+
+ROLLUP = "finished_hours"
+GRACE = timedelta(minutes=2)
+BACKFILL = timedelta(days=8)  # where the first pass starts: the console's week and a day
+KEEP = timedelta(days=35)
+MAX_HOURS_PER_PASS = 48
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedGroup:
+    """Items of one (hour, queue, work type, status) that finished."""
+
+    hour: datetime
+    queue_name: str
+    work_type: str
+    status: str
+    items: int
+    timed: int  # completed items with a run time
+    run_seconds: float  # their run times' sum
+    retries: Mapping[int, int]  # retry_count -> items
+    run_histogram: Mapping[int, int]  # bucket (leasing.sql.rollups) -> timed items
+    quarters: tuple[int, int, int, int]  # items per quarter of the hour
+
+
+@dataclass(frozen=True, slots=True)
+class RollupResult:
+    hours: int  # hours rolled up by this call
+    rows: int  # rows written
+    through: datetime | None  # every hour before this is rolled up
+
+
+def floor_hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def ceil_hour(moment: datetime) -> datetime:
+    floor = floor_hour(moment)
+    return floor if floor == moment else floor + HOUR
+
+
+def finished_groups(
+    start: datetime, end: datetime | None = None, *, using: str = "default"
+) -> list[FinishedGroup]:
+    """The items finished in [start, end) (no end: up to now), grouped per hour."""
+    d = Dialect(using)
+    with translate_db_errors():
+        rows = run(using, sql.finished_rows(d, start, end))
+    return _fold(rows if d.is_postgres else _bucketed(rows))
+
+
+def _bucketed(items: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+    """SQLite's one row per item, as PostgreSQL's groups (of one item each)."""
+    for item in items:
+        completed_at = to_datetime(item["completed_at"])
+        acquired_at = to_datetime(item["lease_acquired_at"])
+        run_time = None
+        if item["status"] == sql.COMPLETED and acquired_at is not None:
+            run_time = max(0.0, (completed_at - acquired_at).total_seconds())
+        yield {
+            "hour": floor_hour(completed_at),
+            "quarter": completed_at.minute // 15,
+            "queue_name": item["queue_name"],
+            "work_type": item["work_type"],
+            "status": item["status"],
+            "retry_count": item["retry_count"],
+            "run_bucket": None if run_time is None else sql.bucket_of(run_time),
+            "n": 1,
+            "run_seconds": run_time or 0.0,
+        }
+
+
+def _fold(rows: Iterable[Mapping[str, Any]]) -> list[FinishedGroup]:
+    groups: dict[tuple[datetime, str, str, str], dict[str, Any]] = {}
+    for row in rows:
+        key = (to_datetime(row["hour"]), row["queue_name"], row["work_type"], row["status"])
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {
+                "items": 0,
+                "timed": 0,
+                "run_seconds": 0.0,
+                "retries": defaultdict(int),
+                "run_histogram": defaultdict(int),
+                "quarters": [0, 0, 0, 0],
+            }
+        n = int(row["n"])
+        group["items"] += n
+        group["retries"][int(row["retry_count"])] += n
+        group["quarters"][int(row["quarter"])] += n
+        if row["run_bucket"] is not None:
+            group["timed"] += n
+            group["run_seconds"] += float(row["run_seconds"])
+            group["run_histogram"][int(row["run_bucket"])] += n
+    return [
+        FinishedGroup(
+            hour=hour,
+            queue_name=queue_name,
+            work_type=work_type,
+            status=status,
+            items=g["items"],
+            timed=g["timed"],
+            run_seconds=g["run_seconds"],
+            retries=dict(g["retries"]),
+            run_histogram=dict(g["run_histogram"]),
+            quarters=tuple(g["quarters"]),
+        )
+        for (hour, queue_name, work_type, status), g in sorted(groups.items())
+    ]
+
+
+def roll_up_finished_hours(
+    *, using: str = "default", max_hours: int = MAX_HOURS_PER_PASS
+) -> RollupResult:
+    """Roll up the closed hours not rolled up yet (at most `max_hours`); prune old rows."""
+    max_hours = validation.integer("max_hours", max_hours, minimum=1, maximum=24 * 366)
+    d = Dialect(using)
+    with translate_db_errors(), transaction.atomic(using=using):
+        now = database_now(using)
+        run(using, sql.ensure_mark(ROLLUP))
+        mark = run_one(using, sql.lock_mark(d, ROLLUP))
+        through = to_datetime(mark["through"]) if mark else None
+        closed = floor_hour(now - GRACE)
+        start = max(through or floor_hour(now - BACKFILL), floor_hour(now - KEEP))
+        if start >= closed:
+            return RollupResult(hours=0, rows=0, through=through)
+        end = min(closed, start + max_hours * HOUR)
+        groups = finished_groups(start, end, using=using)
+        run(using, sql.delete_hours(d, start, end))
+        for statement in sql.insert_hours(d, [_values(g) for g in groups]):
+            run(using, statement)
+        run(using, sql.set_mark(d, ROLLUP, end))
+        run(using, sql.prune_hours(d, floor_hour(now - KEEP)))
+    return RollupResult(hours=int((end - start) / HOUR), rows=len(groups), through=end)
+
+
+def _values(group: FinishedGroup) -> tuple[Any, ...]:
+    return (
+        group.hour,
+        group.queue_name,
+        group.work_type,
+        group.status,
+        group.items,
+        group.timed,
+        group.run_seconds,
+        dump_json({str(k): v for k, v in group.retries.items()}),
+        dump_json({str(k): v for k, v in group.run_histogram.items()}),
+        dump_json(list(group.quarters)),
+    )
+
+
+def rollup_mark(*, using: str = "default") -> datetime | None:
+    """Every hour before this one is rolled up (None: nothing is)."""
+    with translate_db_errors():
+        row = run_one(using, sql.read_mark(ROLLUP))
+    return to_datetime(row["through"]) if row else None

@@ -1,0 +1,163 @@
+"""Statements of the hourly rollup of finished items (`leasing_finished_hours`).
+
+`finished_rows` reads the items finished in a time range, through
+`work_items_finished_idx` (index-only: it holds every column read here).
+PostgreSQL groups them per hour, pair, status, retry count and run-time
+bucket; SQLite returns the rows, which `leasing.services.rollups` groups the
+same way. The other statements write the rollup and its mark; only that
+service calls them.
+
+Run times go into log-scale buckets: bucket 0 holds runs under
+`FIRST_EDGE` seconds, bucket i >= 1 those in [FIRST_EDGE * RATIO**(i-1),
+FIRST_EDGE * RATIO**i). A bucket's midpoint is within 6% of any run in it,
+which bounds the error of a percentile read from the histogram.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from .dialect import Dialect
+from .runner import Statement
+
+FIRST_EDGE = 0.001  # seconds
+RATIO = 1.12
+_LOG_RATIO = math.log(RATIO)
+
+COMPLETED = "completed"
+FINISHED = ["completed", "failed"]
+HOUR_COLUMNS = (
+    "hour",
+    "queue_name",
+    "work_type",
+    "status",
+    "items",
+    "timed",
+    "run_seconds",
+    "retries",
+    "run_histogram",
+    "quarters",
+)
+# SQLite binds at most 32766 parameters per statement.
+INSERT_CHUNK = 1000
+
+
+def bucket_of(seconds: float) -> int:
+    """The histogram bucket of a run time (the Python twin of `_BUCKET_SQL`)."""
+    if seconds < FIRST_EDGE:
+        return 0
+    return 1 + math.floor(math.log(seconds / FIRST_EDGE) / _LOG_RATIO)
+
+
+def bucket_value(bucket: int) -> float:
+    """The run time a bucket stands for: its geometric midpoint (half the edge for 0)."""
+    if bucket <= 0:
+        return FIRST_EDGE / 2
+    return FIRST_EDGE * RATIO ** (bucket - 1) * math.sqrt(RATIO)
+
+
+_BUCKET_SQL = (
+    f"CASE WHEN run IS NULL THEN NULL WHEN run < {FIRST_EDGE} THEN 0 "
+    f"ELSE 1 + floor(ln(run / {FIRST_EDGE}) / ln({RATIO}))::int END"
+)
+
+
+def _range(d: Dialect, start: datetime, end: datetime | None) -> Statement:
+    status_sql, status_params = d.in_list("status", FINISHED)
+    sql = f"completed_at >= %s AND {status_sql}"
+    params: list[Any] = [d.datetime_param(start), *status_params]
+    if end is not None:
+        sql += " AND completed_at < %s"
+        params.append(d.datetime_param(end))
+    return sql, params
+
+
+def finished_rows(d: Dialect, start: datetime, end: datetime | None) -> Statement:
+    """The items finished in [start, end) (no end: up to now).
+
+    PostgreSQL: `hour, quarter, queue_name, work_type, status, retry_count,
+    run_bucket, n, run_seconds` groups (`quarter`: 0-3, the quarter of the
+    hour, which places the items in a local hour of any time zone). SQLite:
+    one row per item, `completed_at, queue_name, work_type, status,
+    retry_count, lease_acquired_at`.
+    """
+    where, params = _range(d, start, end)
+    if not d.is_postgres:
+        sql = f"""
+            SELECT completed_at, queue_name, work_type, status, retry_count, lease_acquired_at
+            FROM work_items WHERE {where}
+        """
+        return sql, params
+    sql = f"""
+        SELECT date_bin(interval '1 hour', completed_at, timestamptz '2000-01-01 00:00+00')
+                 AS hour,
+               floor(extract(epoch FROM completed_at))::bigint %% 3600 / 900 AS quarter,
+               queue_name, work_type, status, retry_count, {_BUCKET_SQL} AS run_bucket,
+               count(*) AS n, coalesce(sum(run), 0) AS run_seconds
+        FROM (SELECT completed_at, queue_name, work_type, status, retry_count,
+                     CASE WHEN status = '{COMPLETED}' AND lease_acquired_at IS NOT NULL
+                          THEN greatest(
+                              extract(epoch FROM completed_at - lease_acquired_at)::float8, 0)
+                     END AS run
+              FROM work_items WHERE {where}) AS finished
+        GROUP BY 1, 2, 3, 4, 5, 6, 7
+    """
+    return sql, params
+
+
+def ensure_mark(name: str) -> Statement:
+    return (
+        "INSERT INTO leasing_rollup_marks (name, through) VALUES (%s, NULL) "
+        "ON CONFLICT (name) DO NOTHING",
+        [name],
+    )
+
+
+def read_mark(name: str) -> Statement:
+    return "SELECT through FROM leasing_rollup_marks WHERE name = %s", [name]
+
+
+def lock_mark(d: Dialect, name: str) -> Statement:
+    """The mark, locked until the transaction ends (one rollup at a time)."""
+    sql, params = read_mark(name)
+    return (f"{sql} FOR UPDATE" if d.is_postgres else sql), params
+
+
+def set_mark(d: Dialect, name: str, through: datetime) -> Statement:
+    return (
+        "UPDATE leasing_rollup_marks SET through = %s WHERE name = %s",
+        [d.datetime_param(through), name],
+    )
+
+
+def delete_hours(d: Dialect, start: datetime, end: datetime) -> Statement:
+    """The rows of [start, end), before they are written again."""
+    return (
+        "DELETE FROM leasing_finished_hours WHERE hour >= %s AND hour < %s",
+        [d.datetime_param(start), d.datetime_param(end)],
+    )
+
+
+def insert_hours(d: Dialect, rows: Sequence[Sequence[Any]]) -> list[Statement]:
+    """Insert rows of `HOUR_COLUMNS` values (JSON columns given as text)."""
+    one = "(" + ", ".join(["%s"] * 7 + [d.json()] * 3) + ")"
+    statements = []
+    for first in range(0, len(rows), INSERT_CHUNK):
+        chunk = rows[first : first + INSERT_CHUNK]
+        params = [d.datetime_param(v) if i == 0 else v for row in chunk for i, v in enumerate(row)]
+        sql = (
+            f"INSERT INTO leasing_finished_hours ({', '.join(HOUR_COLUMNS)}) "
+            f"VALUES {', '.join([one] * len(chunk))}"
+        )
+        statements.append((sql, params))
+    return statements
+
+
+def prune_hours(d: Dialect, before: datetime) -> Statement:
+    return (
+        "DELETE FROM leasing_finished_hours WHERE hour < %s",
+        [d.datetime_param(before)],
+    )
