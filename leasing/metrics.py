@@ -40,7 +40,8 @@ Metrics (all prefixed `leasing_`):
                                                 when paused)
 `queue_paused{queue,work_type}`        gauge    1 when the queue or the work type is paused
 `run_seconds{work_type,quantile}`      gauge    run time of the last attempt of items completed
-                                                in the last hour: p50 and p95
+                                                in the last hour: p50 and p95 (from a log-scale
+                                                histogram: within 6%)
 `leases_near_cap`                      gauge    live leases within 5 minutes of their hard cap
 `read_replica_lag_seconds`             gauge    with LEASING["READ_DATABASE"] on a replica: how
                                                 old its data is (0: everything replayed)

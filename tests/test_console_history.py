@@ -9,8 +9,9 @@ from django.test import Client
 from django.utils import timezone
 
 from leasing import LeaseManager, RecoverySweep
-from leasing.console.backlog import bucket_bounds, throughput
+from leasing.console.backlog import throughput
 from leasing.console.history import analytics, run_durations
+from leasing.console.windows import bucket_bounds
 from leasing.models import FinishedHour, Worker, WorkItem
 from leasing.services.rollups import floor_hour, roll_up_finished_hours
 from leasing.sql.runner import database_now
@@ -39,10 +40,11 @@ def test_run_time_percentiles_per_type_and_bucket():
     assert set(series) == {"resize", "report"}
     latest = series["resize"].points[-1]
     assert latest.count == 5
-    assert latest.p50 == pytest.approx(3.0, abs=0.01)
-    assert latest.p95 == pytest.approx(8.8, abs=0.01)
+    # percentile_cont gives 3.0 and 8.8; the histograms the same within 6%.
+    assert latest.p50 == pytest.approx(3.0, rel=0.06)
+    assert latest.p95 == pytest.approx(8.8, rel=0.06)
     assert [p.count for p in series["resize"].points] == [1, 5]
-    assert series["report"].points[0].p50 == pytest.approx(30.0, abs=0.01)
+    assert series["report"].points[0].p50 == pytest.approx(30.0, rel=0.06)
     # The last hour holds only the five recent ones.
     hour = {s.work_type: s for s in run_durations(window_minutes=60, now=now)}
     assert sum(p.count for p in hour["resize"].points) == 5

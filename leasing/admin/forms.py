@@ -13,7 +13,7 @@ from typing import Any
 from django import forms
 from django.utils.dateparse import parse_datetime
 
-from ..console.backlog import THROUGHPUT_WINDOWS
+from ..console.windows import THROUGHPUT_WINDOWS
 from ..models import WorkItem
 from ..states import PauseKind
 

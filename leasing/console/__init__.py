@@ -27,7 +27,7 @@ a caller passes `include_payloads=True`, which the views do only for users
 with the `leasing.view_payload` permission.
 """
 
-from .backlog import THROUGHPUT_WINDOWS, Backlog, Throughput, ThroughputBucket, backlog, throughput
+from .backlog import Backlog, Throughput, ThroughputBucket, backlog, throughput
 from .census import (
     ItemCensus,
     RetryBucket,
@@ -53,6 +53,7 @@ from .processes import (
 )
 from .replica import ReplicaLag, replica_lag
 from .timeline import CheckpointEntry, TaskItem, Timeline, recent_recoveries, task_timeline
+from .windows import THROUGHPUT_WINDOWS
 
 __all__ = [
     "THROUGHPUT_WINDOWS",

@@ -1,20 +1,20 @@
-"""The pending backlog and throughput over time."""
+"""The pending backlog and throughput over time (the windows: `console.windows`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.db import connections
 from django.db.models import Count, Min, Q
-from django.db.models.functions import Now, TruncHour, TruncMinute
+from django.db.models.functions import Now
 
 from ..models import WorkItem, WorkItemStatus
 from ..sql.runner import database_now
-from .census import FINISHED, CompletedAndFailed, FinishedTotals
+from .census import CompletedAndFailed, FinishedTotals
 from .durations import age
-from .finished import FinishedWindow
+from .finished import FinishedWindow, finished_for, per_bucket
+from .windows import THROUGHPUT_WINDOWS, bucket_bounds
 
 # --- backlog ------------------------------------------------------------------------------
 
@@ -132,38 +132,6 @@ class Throughput(FinishedTotals):
         return self.completed / self.window_minutes if self.window_minutes else 0.0
 
 
-# Window length (minutes) -> bucket length (minutes): 12 to 28 bars each.
-THROUGHPUT_WINDOWS: dict[int, int] = {15: 1, 60: 5, 180: 15, 1440: 60, 10080: 360}
-
-
-def bucket_bounds(window_minutes: int, now: datetime) -> tuple[datetime, timedelta, int]:
-    """(start, bucket length, bucket count) of a window ending with the bucket holding `now`.
-
-    Buckets are aligned to the bucket length from midnight (every length divides
-    a day), so the bars do not shift by a few seconds at every refresh.
-    """
-    if window_minutes not in THROUGHPUT_WINDOWS:
-        raise ValueError(
-            f"window_minutes must be one of {sorted(THROUGHPUT_WINDOWS)}, got {window_minutes!r}"
-        )
-    bucket = THROUGHPUT_WINDOWS[window_minutes]
-    floor = now.replace(second=0, microsecond=0)
-    floor -= timedelta(minutes=(floor.hour * 60 + floor.minute) % bucket)
-    step = timedelta(minutes=bucket)
-    return floor + step - timedelta(minutes=window_minutes), step, window_minutes // bucket
-
-
-# PostgreSQL groups the window's finished rows straight into its buckets
-# (`date_bin`: a hash aggregate of a few dozen groups); truncating every row
-# to a minute or an hour first made it sort them.
-_THROUGHPUT_SQL = """
-SELECT extract(epoch FROM date_bin(%(step)s, completed_at, %(start)s)), status, count(*)
-FROM work_items
-WHERE completed_at >= %(start)s AND status = ANY(%(finished)s)
-GROUP BY 1, 2
-"""
-
-
 def throughput(
     *,
     window_minutes: int = 60,
@@ -171,25 +139,21 @@ def throughput(
     using: str = "default",
     finished: FinishedWindow | None = None,
 ) -> Throughput:
-    """Completions and failures per bucket, from `work_items_finished_idx` (index-only).
+    """Completions and failures per bucket of the window.
 
-    `finished`: the window's groups when the caller has read them (a day or a
-    week: the hourly rollup, `console.finished`); the buckets are then summed
-    from those.
+    Summed from the window's finished groups (`console.finished`), read here
+    unless the caller has read them for its other figures.
     """
     now = now or database_now(using)
     start, step, count = bucket_bounds(window_minutes, now)
+    if finished is None:
+        finished = finished_for(window_minutes=window_minutes, now=now, using=using)
     completed = [0] * count
     failed = [0] * count
-    if finished is not None:
-        rows = [(g.hour, g.status, g.items) for g in finished.groups]
-    else:
-        rows = _finished_per_bucket(start, step, window_minutes, using)
-    for bucket_start, status, n in rows:
-        index = int((bucket_start - start) // step)
-        if 0 <= index < count:
-            target = completed if status == WorkItemStatus.COMPLETED else failed
-            target[index] += n
+    for index, groups in per_bucket(finished.groups, start, step, count).items():
+        for group in groups:
+            target = completed if group.status == WorkItemStatus.COMPLETED else failed
+            target[index] += group.items
     return Throughput(
         window_minutes=window_minutes,
         bucket_minutes=THROUGHPUT_WINDOWS[window_minutes],
@@ -198,28 +162,3 @@ def throughput(
             for i in range(count)
         ),
     )
-
-
-def _finished_per_bucket(
-    start: datetime, step: timedelta, window_minutes: int, using: str
-) -> list[tuple[datetime, str, int]]:
-    """(bucket or sub-bucket start, status, count) of the items finished since `start`."""
-    if connections[using].vendor == "postgresql":
-        params = {"step": step, "start": start, "finished": list(FINISHED)}
-        with connections[using].cursor() as cursor:
-            cursor.execute(_THROUGHPUT_SQL, params)
-            return [
-                (datetime.fromtimestamp(float(epoch), tz=UTC), status, n)
-                for epoch, status, n in cursor.fetchall()
-            ]
-    # SQLite: per minute (per hour for hour-long buckets), folded by the caller.
-    truncate = TruncHour if THROUGHPUT_WINDOWS[window_minutes] >= 60 else TruncMinute
-    rows = (
-        WorkItem.objects.using(using)
-        .filter(completed_at__gte=start, status__in=FINISHED)
-        .annotate(minute=truncate("completed_at", tzinfo=UTC))  # buckets are UTC-aligned
-        .order_by()
-        .values("minute", "status")
-        .annotate(n=Count("*"))
-    )
-    return [(row["minute"], row["status"], row["n"]) for row in rows]

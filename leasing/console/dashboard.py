@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from ..sql.runner import database_now
 from .backlog import Backlog, Throughput, backlog, pending_pairs, throughput
-from .census import FINISHED, RetryDistribution, StatusCounts, retry_distribution, status_count
-from .finished import finished_window, is_rolled
+from .census import FINISHED, RetryDistribution, StatusCounts, status_count
+from .finished import finished_for, is_rolled
 from .leases import LeaseHealthSummary, lease_health
 from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
 from .queues import QueueRow, queue_table
@@ -49,11 +49,10 @@ def build_dashboard(
 
     Items by status: pending from the backlog, in progress from lease
     health, completed and failed exactly while small, else estimated
-    (`census.status_count`). The retry distribution is that of the items
-    finished in the window: no figure reads the whole history. A day or a
-    week (`finished.is_rolled`) starts on an hour and is read from the
-    hourly rollup plus the items finished since it (`finished.finished_window`),
-    once for every figure of the window.
+    (`census.status_count`). Every figure of the items finished in the
+    window (throughput, retries, the queue table's counts and run times)
+    comes from one grouped read (`console.finished`): no figure reads the
+    whole history, and a day or a week reads the hourly rollup.
 
     Every figure is read from `using`; when that is not `primary` (a read
     replica), the page also says how far behind the primary it is.
@@ -65,34 +64,29 @@ def build_dashboard(
     health = lease_health(using=using)
     pairs = pending_pairs(using=using)  # read once: the backlog and the queue table
     pending = backlog(now=now, using=using, pairs=pairs)
-    window_start = now - timedelta(minutes=window_minutes)
-    rolled = finished_window(window_start, using=using) if is_rolled(window_minutes) else None
-    finished = {status: status_count(status, using=using) for status in FINISHED}
+    window = finished_for(window_minutes=window_minutes, now=now, using=using)
+    totals = {status: status_count(status, using=using) for status in FINISHED}
     statuses = StatusCounts(
         pending=pending.pending,
         in_progress=health.active,
-        completed=finished["completed"][0],
-        failed=finished["failed"][0],
-        estimated=frozenset(s for s, (_, estimated) in finished.items() if estimated),
+        completed=totals["completed"][0],
+        failed=totals["failed"][0],
+        estimated=frozenset(s for s, (_, estimated) in totals.items() if estimated),
     )
     return Dashboard(
         now=now,
         lease_health=health,
         backlog=pending,
         statuses=statuses,
-        retries=(
-            retry_distribution(since=window_start, using=using)
-            if rolled is None
-            else rolled.retries()
-        ),
-        throughput=throughput(window_minutes=window_minutes, now=now, using=using, finished=rolled),
+        retries=window.retries(),
+        throughput=throughput(window_minutes=window_minutes, now=now, using=using, finished=window),
         queues=queue_table(
-            window_start=window_start,
+            window_start=window.start,
             now=now,
             workers=workers,
             using=using,
             pending=pairs,
-            finished=rolled,
+            finished=window,
         ),
         sweep=sweep_health(now=now, using=using),
         workers=workers,
@@ -102,5 +96,5 @@ def build_dashboard(
         ),
         payloads_included=include_payloads,
         replica=replica,
-        rolled_from=None if rolled is None else rolled.start,
+        rolled_from=window.start if is_rolled(window_minutes) else None,
     )

@@ -2,16 +2,15 @@
 
 Read-only, each query bounded by its window and shaped for an index:
 
-* run times per work type and bucket: `work_items_finished_idx` (index-only),
-  percentiles in SQL on PostgreSQL, in Python over at most
-  `SQLITE_DURATION_ROWS` rows on SQLite;
+* finished counts, average run time, and run times per work type and
+  bucket: the window's finished groups (`console.finished`), percentiles
+  from their histograms;
 * expirations: the sweep's `error_boundary` checkpoints of the window
   (`checkpoints_type_idx`, then each row's small `metadata`);
 * renewals: live leases whose heartbeat moved in the last minute (the
   `in_progress` partial index);
 * peak hours: completions of the last 7 days by weekday and hour of day, in
-  the site's time zone, from the hourly rollup (`console.finished`);
-* a day or a week window: every finished figure from the same groups.
+  the site's time zone, from the week's groups (the hourly rollup).
 """
 
 from __future__ import annotations
@@ -20,16 +19,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connections
-from django.db.models import Avg, Count, F, Q
+from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..models import Checkpoint, CheckpointType, Worker, WorkItem, WorkItemStatus
-from .backlog import THROUGHPUT_WINDOWS, bucket_bounds
 from .finished import (
     FinishedGroup,
     FinishedWindow,
+    finished_for,
     finished_window,
     histogram_percentile,
     is_rolled,
@@ -37,10 +35,9 @@ from .finished import (
     per_bucket,
 )
 from .leases import lease_health
-from .queues import percentile
+from .windows import THROUGHPUT_WINDOWS, bucket_bounds
 
 HISTORY_WINDOWS = (60, 1440, 10080)  # 1 h, 24 h, 7 d
-SQLITE_DURATION_ROWS = 50_000
 PEAK_DAYS = 7
 NEAR_CAP_SECONDS = 300
 WORKERS_SHOWN = 20
@@ -70,14 +67,11 @@ def run_durations(
     using: str = "default",
     finished: FinishedWindow | None = None,
 ) -> tuple[DurationSeries, ...]:
-    """Per work type and bucket; from `finished` (a day or a week's groups) when given."""
+    """Per work type and bucket, from the window's finished groups (read here unless given)."""
     start, step, count = bucket_bounds(window_minutes, now)
-    if finished is not None:
-        rows = _durations_from_groups(finished, start, step, count)
-    elif connections[using].vendor == "postgresql":
-        rows = _durations_postgres(start, step, using)
-    else:
-        rows = _durations_python(start, step, using)
+    if finished is None:
+        finished = finished_for(window_minutes=window_minutes, now=now, using=using)
+    rows = _durations_from_groups(finished, start, step, count)
     series: dict[str, list[DurationPoint]] = defaultdict(list)
     for work_type, bucket_start, count, p50, p95 in sorted(rows):
         series[work_type].append(DurationPoint(bucket_start, count, p50, p95))
@@ -99,57 +93,6 @@ def _durations_from_groups(
                 timed = sum(histogram.values())
                 rows.append((work_type, start + index * step, timed, p50, p95))
     return rows
-
-
-_DURATIONS_SQL = """
-SELECT work_type, floor(extract(epoch FROM completed_at - %(start)s) / %(step)s) AS bucket,
-       count(*),
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM run)),
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM run))
-FROM (SELECT work_type, completed_at, completed_at - lease_acquired_at AS run
-      FROM work_items
-      WHERE completed_at >= %(start)s AND status = %(completed)s
-        AND lease_acquired_at IS NOT NULL) AS finished
-GROUP BY 1, 2
-"""
-
-
-def _durations_postgres(
-    start: datetime, step: timedelta, using: str
-) -> list[tuple[str, datetime, int, float, float]]:
-    params = {
-        "start": start,
-        "step": step.total_seconds(),
-        "completed": WorkItemStatus.COMPLETED.value,
-    }
-    with connections[using].cursor() as cursor:
-        cursor.execute(_DURATIONS_SQL, params)
-        return [
-            (work_type, start + int(bucket) * step, count, float(p50), float(p95))
-            for work_type, bucket, count, p50, p95 in cursor.fetchall()
-        ]
-
-
-def _durations_python(
-    start: datetime, step: timedelta, using: str
-) -> list[tuple[str, datetime, int, float, float]]:
-    grouped: dict[tuple[str, int], list[float]] = defaultdict(list)
-    rows = (
-        WorkItem.objects.using(using)
-        .completed()
-        .filter(completed_at__gte=start, lease_acquired_at__isnull=False)
-        .order_by("-completed_at")
-        .values_list("work_type", "completed_at", "lease_acquired_at")[:SQLITE_DURATION_ROWS]
-    )
-    for work_type, completed_at, acquired_at in rows:
-        bucket = int((completed_at - start) // step)
-        grouped[(work_type, bucket)].append((completed_at - acquired_at).total_seconds())
-    result = []
-    for (work_type, bucket), values in grouped.items():
-        values.sort()
-        p50, p95 = percentile(values, 0.5), percentile(values, 0.95)
-        result.append((work_type, start + bucket * step, len(values), p50, p95))
-    return result
 
 
 # --- lease analytics -------------------------------------------------------------------------
@@ -208,38 +151,25 @@ def analytics(
     now: datetime,
     using: str = "default",
     week: FinishedWindow | None = None,
+    finished: FinishedWindow | None = None,
 ) -> Analytics:
     """The window's lease analytics; peak hours over the last week.
 
     `week`: the last week's finished groups (`console.finished`) when the
     caller has read them; a day or a week window takes its finished figures
-    from them too.
+    from them too. `finished`: a shorter window's groups, read here unless
+    given.
     """
     if window_minutes not in THROUGHPUT_WINDOWS:
         raise ValueError(f"window_minutes must be one of {sorted(THROUGHPUT_WINDOWS)}")
     start = now - timedelta(minutes=window_minutes)
     if week is None:
         week = finished_window(now - timedelta(days=PEAK_DAYS), using=using)
-    items = WorkItem.objects.using(using).order_by()
     if is_rolled(window_minutes):
-        part = week.since(start)
-        finished = {
-            "completed": part.count(WorkItemStatus.COMPLETED),
-            "failed": part.count(WorkItemStatus.FAILED),
-            "average_seconds": part.average_run_seconds(),
-        }
-    else:
-        completed = Q(status=WorkItemStatus.COMPLETED)
-        counted = items.filter(completed_at__gte=start).aggregate(
-            completed=Count("status", filter=completed),
-            failed=Count("status", filter=Q(status=WorkItemStatus.FAILED)),
-            average=Avg(F("completed_at") - F("lease_acquired_at"), filter=completed),
-        )
-        average = counted.pop("average")
-        finished = {
-            **counted,
-            "average_seconds": None if average is None else average.total_seconds(),
-        }
+        finished = week.since(start)
+    elif finished is None:
+        finished = finished_for(window_minutes=window_minutes, now=now, using=using)
+    items = WorkItem.objects.using(using).order_by()
     health = lease_health(using=using)
     renewed = (
         items.in_progress()
@@ -257,9 +187,9 @@ def analytics(
     )
     return Analytics(
         window_minutes=window_minutes,
-        completed=finished["completed"],
-        failed=finished["failed"],
-        average_lease_seconds=finished["average_seconds"],
+        completed=finished.count(WorkItemStatus.COMPLETED),
+        failed=finished.count(WorkItemStatus.FAILED),
+        average_lease_seconds=finished.average_run_seconds(),
         expirations=expirations,
         live_leases=health.healthy + health.stale_live,
         renewed_last_minute=renewed,
@@ -309,6 +239,6 @@ def _peak_hours(week: FinishedWindow) -> tuple[tuple[int, ...], ...]:
             continue
         for quarter, items in enumerate(group.quarters):
             if items:
-                local = (group.hour + quarter * QUARTER).astimezone(zone)
+                local = (group.start + quarter * QUARTER).astimezone(zone)
                 grid[local.isoweekday() - 1][local.hour] += items
     return tuple(tuple(day) for day in grid)

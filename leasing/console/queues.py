@@ -7,10 +7,9 @@ work waits forever until someone starts a worker for it.
 
 Queries: pending rows through the claim and blocked indexes
 (`backlog.pending_pairs`), in-flight rows through the `in_progress` partial
-index, finished rows of the window through `work_items_finished_idx`. Run
-durations are the last attempt's
-(`completed_at - lease_acquired_at`) of completed items: percentiles in SQL
-on PostgreSQL, in Python over at most `SQLITE_DURATION_ROWS` rows on SQLite.
+index, finished items of the window from their groups (`console.finished`).
+Run durations are the last attempt's (`completed_at - lease_acquired_at`)
+of completed items, percentiles from the groups' histograms.
 """
 
 from __future__ import annotations
@@ -18,37 +17,21 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.db import connections
-from django.db.models import Aggregate, Count, DurationField, F, Q
+from django.db.models import Count
 
 from ..conf import get_settings
 from ..models import Pause, WorkItem, WorkItemStatus
+from ..services.rollups import FinishedGroup, finished_groups
 from ..states import PauseKind
 from .backlog import PendingPair, pending_pairs
-from .census import FINISHED
 from .durations import age
-from .finished import FinishedGroup, FinishedWindow, histogram_percentile, merge
+from .finished import FinishedWindow, histogram_percentile, merge
 from .processes import ProcessInfo
 
 ROWS_SHOWN = 200
-SQLITE_DURATION_ROWS = 50_000
-
-
-class Percentile(Aggregate):
-    """PostgreSQL's `percentile_cont(fraction) WITHIN GROUP (ORDER BY expression)`."""
-
-    function = "percentile_cont"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)%(filter)s"
-    output_field = DurationField()
-
-    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
-        super().__init__(expression, fraction=float(fraction), **extra)
-
-
-RUN_TIME = F("completed_at") - F("lease_acquired_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +97,8 @@ def queue_table(
     """Every (queue, work type) pair with work, unserved pairs first, then by backlog.
 
     `pending`: the pairs' pending items when the caller has read them already
-    (`backlog.pending_pairs`). `finished`: the window's finished groups (a day
-    or a week, `console.finished`), which then give the finished counts and
-    run-time percentiles instead of `window_start`'s items.
+    (`backlog.pending_pairs`); `finished`: the window's finished groups
+    (`console.finished`), read here from `window_start` on unless given.
     """
     parts: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -137,9 +119,8 @@ def queue_table(
     for r in items.in_progress().values("queue_name", "work_type").annotate(n=Count("*")):
         row(r["queue_name"], r["work_type"])["in_flight"] = r["n"]
     if finished is None:
-        _finished(row, window_start, using)
-    else:
-        _finished_from_groups(row, finished)
+        finished = FinishedWindow(window_start, tuple(finished_groups(window_start, using=using)))
+    _finished(row, finished)
     live = [w for w in workers if w.liveness.alive]
     gates = _gates(parts.values(), using)
     built = []
@@ -180,34 +161,7 @@ def _gates(rows: Iterable[dict[str, Any]], using: str) -> Any:
     return gates
 
 
-def _finished(row: Any, window_start: datetime, using: str) -> None:
-    """Completed and failed counts and run-time percentiles of the window, per pair."""
-    finished = (
-        WorkItem.objects.using(using)
-        .order_by()
-        .filter(completed_at__gte=window_start, status__in=FINISHED)
-        .values("queue_name", "work_type")
-    )
-    completed = Q(status=WorkItemStatus.COMPLETED)
-    timed = completed & Q(lease_acquired_at__isnull=False)
-    aggregates: dict[str, Any] = {
-        "completed": Count("status", filter=completed),
-        "failed": Count("status", filter=Q(status=WorkItemStatus.FAILED)),
-    }
-    postgres = connections[using].vendor == "postgresql"
-    if postgres:
-        aggregates["p50"] = Percentile(RUN_TIME, 0.5, filter=timed)
-        aggregates["p95"] = Percentile(RUN_TIME, 0.95, filter=timed)
-    for r in finished.annotate(**aggregates):
-        target = row(r["queue_name"], r["work_type"])
-        target.update(completed=r["completed"], failed=r["failed"])
-        if postgres:
-            target.update(p50_seconds=_seconds(r["p50"]), p95_seconds=_seconds(r["p95"]))
-    if not postgres:
-        _percentiles_in_python(row, finished.filter(timed), SQLITE_DURATION_ROWS)
-
-
-def _finished_from_groups(row: Any, finished: FinishedWindow) -> None:
+def _finished(row: Any, finished: FinishedWindow) -> None:
     """Counts and percentiles per pair from the window's groups (histogram percentiles)."""
     pairs: dict[tuple[str, str], list[FinishedGroup]] = defaultdict(list)
     for group in finished.groups:
@@ -219,30 +173,4 @@ def _finished_from_groups(row: Any, finished: FinishedWindow) -> None:
             failed=sum(g.items for g in groups if g.status == WorkItemStatus.FAILED),
             p50_seconds=histogram_percentile(histogram, 0.5),
             p95_seconds=histogram_percentile(histogram, 0.95),
-        )
-
-
-def _seconds(value: timedelta | None) -> float | None:
-    return None if value is None else value.total_seconds()
-
-
-def percentile(ordered: list[float], fraction: float) -> float:
-    """Linear interpolation between closest ranks, as PostgreSQL's percentile_cont."""
-    position = fraction * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def _percentiles_in_python(row: Any, queryset: Any, limit: int) -> None:
-    durations: dict[tuple[str, str], list[float]] = defaultdict(list)
-    newest = queryset.order_by("-completed_at").values_list(
-        "queue_name", "work_type", "completed_at", "lease_acquired_at"
-    )[:limit]
-    for queue_name, work_type, completed_at, acquired_at in newest:
-        durations[(queue_name, work_type)].append((completed_at - acquired_at).total_seconds())
-    for (queue_name, work_type), values in durations.items():
-        values.sort()
-        row(queue_name, work_type).update(
-            p50_seconds=percentile(values, 0.5), p95_seconds=percentile(values, 0.95)
         )

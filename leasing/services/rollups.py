@@ -13,12 +13,14 @@ before the commit. A finished item that shows up later than that is not
 counted in its hour.
 
 `finished_groups()` reads the items finished in a range from `work_items`
-and groups them exactly as the rollup does; the console adds it to the
+and groups them as the rollup does, per hour or per bucket of a given
+length: the console reads its short windows with it, and adds it to the
 rolled rows for the hours since the mark.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -38,13 +40,14 @@ BACKFILL = timedelta(days=8)  # where the first pass starts: the console's week 
 KEEP = timedelta(days=35)
 MAX_HOURS_PER_PASS = 48
 HOUR = timedelta(hours=1)
+ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)  # buckets of an hour or less align to it
 
 
 @dataclass(frozen=True, slots=True)
 class FinishedGroup:
-    """Items of one (hour, queue, work type, status) that finished."""
+    """Items of one (bucket, queue, work type, status) that finished (a rollup row: an hour)."""
 
-    hour: datetime
+    start: datetime  # the bucket's start
     queue_name: str
     work_type: str
     status: str
@@ -73,16 +76,26 @@ def ceil_hour(moment: datetime) -> datetime:
 
 
 def finished_groups(
-    start: datetime, end: datetime | None = None, *, using: str = "default"
+    start: datetime,
+    end: datetime | None = None,
+    *,
+    step: timedelta = HOUR,
+    origin: datetime = ORIGIN,
+    using: str = "default",
 ) -> list[FinishedGroup]:
-    """The items finished in [start, end) (no end: up to now), grouped per hour."""
+    """The items finished in [start, end) (no end: up to now), grouped per bucket.
+
+    Buckets are `step` long and aligned to `origin` (by default: hours).
+    """
     d = Dialect(using)
     with translate_db_errors():
-        rows = run(using, sql.finished_rows(d, start, end))
-    return _fold(rows if d.is_postgres else _bucketed(rows))
+        rows = run(using, sql.finished_rows(d, start, end, step, origin))
+    return _fold(rows if d.is_postgres else _bucketed(rows, step, origin))
 
 
-def _bucketed(items: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+def _bucketed(
+    items: Iterable[Mapping[str, Any]], step: timedelta, origin: datetime
+) -> Iterable[Mapping[str, Any]]:
     """SQLite's one row per item, as PostgreSQL's groups (of one item each)."""
     for item in items:
         completed_at = to_datetime(item["completed_at"])
@@ -91,7 +104,7 @@ def _bucketed(items: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]
         if item["status"] == sql.COMPLETED and acquired_at is not None:
             run_time = max(0.0, (completed_at - acquired_at).total_seconds())
         yield {
-            "hour": floor_hour(completed_at),
+            "bucket": origin + (completed_at - origin) // step * step,
             "quarter": completed_at.minute // 15,
             "queue_name": item["queue_name"],
             "work_type": item["work_type"],
@@ -106,7 +119,7 @@ def _bucketed(items: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]
 def _fold(rows: Iterable[Mapping[str, Any]]) -> list[FinishedGroup]:
     groups: dict[tuple[datetime, str, str, str], dict[str, Any]] = {}
     for row in rows:
-        key = (to_datetime(row["hour"]), row["queue_name"], row["work_type"], row["status"])
+        key = (to_datetime(row["bucket"]), row["queue_name"], row["work_type"], row["status"])
         group = groups.get(key)
         if group is None:
             group = groups[key] = {
@@ -127,7 +140,7 @@ def _fold(rows: Iterable[Mapping[str, Any]]) -> list[FinishedGroup]:
             group["run_histogram"][int(row["run_bucket"])] += n
     return [
         FinishedGroup(
-            hour=hour,
+            start=start,
             queue_name=queue_name,
             work_type=work_type,
             status=status,
@@ -138,8 +151,33 @@ def _fold(rows: Iterable[Mapping[str, Any]]) -> list[FinishedGroup]:
             run_histogram=dict(g["run_histogram"]),
             quarters=tuple(g["quarters"]),
         )
-        for (hour, queue_name, work_type, status), g in sorted(groups.items())
+        for (start, queue_name, work_type, status), g in sorted(groups.items())
     ]
+
+
+def rolled_groups(start: datetime, end: datetime, *, using: str = "default") -> list[FinishedGroup]:
+    """The rollup's groups of the hours in [start, end)."""
+    d = Dialect(using)
+    with translate_db_errors():
+        rows = run(using, sql.rolled_hours(d, start, end))
+    groups = []
+    for row in rows:
+        retries, histogram, quarters = json.loads(row["extras"])
+        groups.append(
+            FinishedGroup(
+                start=to_datetime(row["hour"]),
+                queue_name=row["queue_name"],
+                work_type=row["work_type"],
+                status=row["status"],
+                items=row["items"],
+                timed=row["timed"],
+                run_seconds=row["run_seconds"],
+                retries={int(k): v for k, v in retries.items()},
+                run_histogram={int(k): v for k, v in histogram.items()},
+                quarters=tuple(quarters),
+            )
+        )
+    return groups
 
 
 def roll_up_finished_hours(
@@ -169,7 +207,7 @@ def roll_up_finished_hours(
 
 def _values(group: FinishedGroup) -> tuple[Any, ...]:
     return (
-        group.hour,
+        group.start,
         group.queue_name,
         group.work_type,
         group.status,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .dialect import Dialect
@@ -75,10 +75,12 @@ def _range(d: Dialect, start: datetime, end: datetime | None) -> Statement:
     return sql, params
 
 
-def finished_rows(d: Dialect, start: datetime, end: datetime | None) -> Statement:
-    """The items finished in [start, end) (no end: up to now).
+def finished_rows(
+    d: Dialect, start: datetime, end: datetime | None, step: timedelta, origin: datetime
+) -> Statement:
+    """The items finished in [start, end) (no end: up to now), in buckets of `step` from `origin`.
 
-    PostgreSQL: `hour, quarter, queue_name, work_type, status, retry_count,
+    PostgreSQL: `bucket, quarter, queue_name, work_type, status, retry_count,
     run_bucket, n, run_seconds` groups (`quarter`: 0-3, the quarter of the
     hour, which places the items in a local hour of any time zone). SQLite:
     one row per item, `completed_at, queue_name, work_type, status,
@@ -92,8 +94,7 @@ def finished_rows(d: Dialect, start: datetime, end: datetime | None) -> Statemen
         """
         return sql, params
     sql = f"""
-        SELECT date_bin(interval '1 hour', completed_at, timestamptz '2000-01-01 00:00+00')
-                 AS hour,
+        SELECT date_bin(%s, completed_at, %s) AS bucket,
                floor(extract(epoch FROM completed_at))::bigint %% 3600 / 900 AS quarter,
                queue_name, work_type, status, retry_count, {_BUCKET_SQL} AS run_bucket,
                count(*) AS n, coalesce(sum(run), 0) AS run_seconds
@@ -105,7 +106,25 @@ def finished_rows(d: Dialect, start: datetime, end: datetime | None) -> Statemen
               FROM work_items WHERE {where}) AS finished
         GROUP BY 1, 2, 3, 4, 5, 6, 7
     """
-    return sql, params
+    return sql, [step, origin, *params]
+
+
+def rolled_hours(d: Dialect, start: datetime, end: datetime) -> Statement:
+    """The rollup's rows of [start, end); the three JSON columns as one JSON array text.
+
+    One array per row: the reader decodes one document per row instead of three.
+    """
+    extras = (
+        "json_build_array(retries, run_histogram, quarters)::text"
+        if d.is_postgres
+        else "json_array(json(retries), json(run_histogram), json(quarters))"
+    )
+    sql = f"""
+        SELECT hour, queue_name, work_type, status, items, timed, run_seconds,
+               {extras} AS extras
+        FROM leasing_finished_hours WHERE hour >= %s AND hour < %s
+    """
+    return sql, [d.datetime_param(start), d.datetime_param(end)]
 
 
 def ensure_mark(name: str) -> Statement:

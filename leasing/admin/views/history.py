@@ -9,11 +9,12 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from ...conf import read_alias
-from ...console.backlog import bucket_bounds, throughput
+from ...console.backlog import throughput
 from ...console.charts import throughput_chart
-from ...console.finished import finished_window, is_rolled
+from ...console.finished import finished_for, finished_window, is_rolled
 from ...console.history import PEAK_DAYS, analytics, run_durations
 from ...console.plots import WEEKDAYS, duration_chart, heat_map, worker_bars
+from ...console.windows import bucket_bounds
 from ...sql.runner import database_now
 from ..forms import WindowForm
 from .common import console_context, render_console
@@ -31,17 +32,21 @@ def history_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templat
     using = read_alias()
     now = database_now(using)
     start, step, count = bucket_bounds(minutes, now)
-    # The last week's finished items, read once: peak hours, and every figure of a day or week.
+    # The last week's finished items, read once: peak hours, and every figure of a day or week;
+    # a shorter window's read once for its figures.
     week = finished_window(now - timedelta(days=PEAK_DAYS), using=using)
-    rolled = week.since(now - timedelta(minutes=minutes)) if is_rolled(minutes) else None
-    finished = throughput(window_minutes=minutes, now=now, using=using, finished=rolled)
-    durations = run_durations(window_minutes=minutes, now=now, using=using, finished=rolled)
-    stats = analytics(window_minutes=minutes, now=now, using=using, week=week)
+    if is_rolled(minutes):
+        window = week.since(now - timedelta(minutes=minutes))
+    else:
+        window = finished_for(window_minutes=minutes, now=now, using=using)
+    finished = throughput(window_minutes=minutes, now=now, using=using, finished=window)
+    durations = run_durations(window_minutes=minutes, now=now, using=using, finished=window)
+    stats = analytics(window_minutes=minutes, now=now, using=using, week=week, finished=window)
     context |= {
         "form": form,
         "window_label": WindowForm.WINDOWS[minutes],
         "now": now,
-        "rolled_from": None if rolled is None else rolled.start,
+        "rolled_from": window.start if is_rolled(minutes) else None,
         "refresh": REFRESH_SECONDS,
         "throughput": finished,
         "throughput_chart": throughput_chart(finished),
