@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
+from django.test import Client
 
 from leasing import RecoverySweep
 from leasing.console.backlog import throughput
@@ -27,6 +28,7 @@ from leasing.services.rollups import (
 )
 from leasing.sql.rollups import bucket_of
 from leasing.sql.runner import database_now
+from tests.test_admin_support import VIEW_ALL, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -215,3 +217,20 @@ def test_concurrent_rollups_write_each_hour_once():
     expected = WorkItem.objects.filter(completed_at__lt=rollup_mark()).count()
     assert rolled == expected > 20
     assert connection.vendor == "postgresql"
+
+
+def test_the_pages_say_where_a_day_or_a_week_is_read_from():
+    finish("rolled", timedelta(hours=3), run_seconds=4.0)
+    finish("recent", timedelta(seconds=1), run_seconds=4.0)
+    roll_up_finished_hours(max_hours=24 * 9)
+    client = Client()
+    client.force_login(make_user("viewer", *VIEW_ALL))
+    for url in ("/admin/leasing/workitem/history/", "/admin/leasing/workitem/dashboard/"):
+        day = client.get(url, {"window": "1440"}).content.decode()
+        assert "read from the hourly rollup the sweep writes" in day, url
+        assert "log-scale histograms, within 6%" in day, url
+        hour = client.get(url, {"window": "60"}).content.decode()
+        assert "hourly rollup the sweep writes" not in hour, url
+    week = client.get("/admin/leasing/workitem/history/", {"window": "10080"}).content.decode()
+    # Both items, the rolled-up one and the one since the mark, in the week's tiles.
+    assert "2 completed · 0 failed in the last 7 d" in week
