@@ -7,10 +7,11 @@ Two ways of counting, for two readers:
   `work_items_status_retry_idx` (retry_count, status, lease_token): about
   80-200 ms per million rows on a 2-core PostgreSQL server.
 * The dashboard must stay fast at any size, so it reads only what is bounded:
-  the retry distribution of the items finished in its window
-  (`retry_distribution(since=...)`, index-only on `work_items_finished_idx`),
-  and the number of completed and failed items exactly while small, else the
-  planner's estimate, marked as such (`status_count`).
+  the retry distribution of the items finished in its window (from the
+  window's groups, `console.finished`), and the number of completed and
+  failed items exactly while small, else the planner's estimate, marked as
+  such (`status_count`). `retry_distribution(since=...)` counts a window's
+  rows directly (index-only on `work_items_finished_idx`).
 
 The statuses counted are the four an item can be in. The `expired` value the
 table's CHECK constraint also allows is never stored: the sweep passes an

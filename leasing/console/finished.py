@@ -38,12 +38,11 @@ from ..services.rollups import (
     rollup_mark,
 )
 from ..sql.rollups import bucket_value
-from .census import RetryBucket, RetryDistribution
+from ..states import WorkItemStatus
+from .census import FINISHED, RetryBucket, RetryDistribution
 from .windows import bucket_bounds
 
 ROLLED_WINDOW_MINUTES = 1440
-COMPLETED = "completed"
-FAILED = "failed"
 
 
 def is_rolled(window_minutes: int) -> bool:
@@ -64,13 +63,17 @@ class FinishedWindow:
         return replace(self, start=start, groups=tuple(g for g in self.groups if g.start >= start))
 
     def retries(self) -> RetryDistribution:
-        counts: dict[int, dict[str, int]] = defaultdict(lambda: {COMPLETED: 0, FAILED: 0})
+        counts: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(FINISHED, 0))
         for group in self.groups:
             for retry_count, n in group.retries.items():
                 counts[retry_count][group.status] += n
         return RetryDistribution(
             tuple(
-                RetryBucket(retry_count=r, completed=c[COMPLETED], failed=c[FAILED])
+                RetryBucket(
+                    retry_count=r,
+                    completed=c[WorkItemStatus.COMPLETED],
+                    failed=c[WorkItemStatus.FAILED],
+                )
                 for r, c in sorted(counts.items())
             )
         )
@@ -83,9 +86,21 @@ class FinishedWindow:
         return None if timed == 0 else sum(g.run_seconds for g in self.groups) / timed
 
 
-def finished_for(*, window_minutes: int, now: datetime, using: str = "default") -> FinishedWindow:
-    """The last `window_minutes`: from the rollup for a day or more, else from the items."""
+def finished_for(
+    *,
+    window_minutes: int,
+    now: datetime,
+    using: str = "default",
+    week: FinishedWindow | None = None,
+) -> FinishedWindow:
+    """The last `window_minutes`: from the rollup for a day or more, else from the items.
+
+    `week`: the last week's window when the caller has read it; a day or a
+    week is then cut from it instead of read again.
+    """
     if is_rolled(window_minutes):
+        if week is not None:
+            return week.since(now - timedelta(minutes=window_minutes))
         return finished_window(now - timedelta(minutes=window_minutes), using=using)
     first_bucket, step, _ = bucket_bounds(window_minutes, now)
     start = now - timedelta(minutes=window_minutes)

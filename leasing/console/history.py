@@ -30,7 +30,6 @@ from .finished import (
     finished_for,
     finished_window,
     histogram_percentile,
-    is_rolled,
     merge,
     per_bucket,
 )
@@ -155,20 +154,16 @@ def analytics(
 ) -> Analytics:
     """The window's lease analytics; peak hours over the last week.
 
-    `week`: the last week's finished groups (`console.finished`) when the
-    caller has read them; a day or a week window takes its finished figures
-    from them too. `finished`: a shorter window's groups, read here unless
-    given.
+    `week`: the last week's finished groups (`console.finished`), `finished`
+    the window's, each read here unless the caller has read it.
     """
     if window_minutes not in THROUGHPUT_WINDOWS:
         raise ValueError(f"window_minutes must be one of {sorted(THROUGHPUT_WINDOWS)}")
     start = now - timedelta(minutes=window_minutes)
     if week is None:
         week = finished_window(now - timedelta(days=PEAK_DAYS), using=using)
-    if is_rolled(window_minutes):
-        finished = week.since(start)
-    elif finished is None:
-        finished = finished_for(window_minutes=window_minutes, now=now, using=using)
+    if finished is None:
+        finished = finished_for(window_minutes=window_minutes, now=now, using=using, week=week)
     items = WorkItem.objects.using(using).order_by()
     health = lease_health(using=using)
     renewed = (

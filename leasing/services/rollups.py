@@ -33,6 +33,7 @@ from .. import validation
 from ..sql import rollups as sql
 from ..sql.dialect import Dialect
 from ..sql.runner import database_now, dump_json, run, run_one, to_datetime, translate_db_errors
+from ..states import WorkItemStatus
 
 ROLLUP = "finished_hours"
 GRACE = timedelta(minutes=2)
@@ -101,7 +102,7 @@ def _bucketed(
         completed_at = to_datetime(item["completed_at"])
         acquired_at = to_datetime(item["lease_acquired_at"])
         run_time = None
-        if item["status"] == sql.COMPLETED and acquired_at is not None:
+        if item["status"] == WorkItemStatus.COMPLETED and acquired_at is not None:
             run_time = max(0.0, (completed_at - acquired_at).total_seconds())
         yield {
             "bucket": origin + (completed_at - origin) // step * step,

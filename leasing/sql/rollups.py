@@ -20,15 +20,16 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..states import WorkItemStatus
 from .dialect import Dialect
 from .runner import Statement
+from .work_items import COMPLETED
 
 FIRST_EDGE = 0.001  # seconds
 RATIO = 1.12
 _LOG_RATIO = math.log(RATIO)
 
-COMPLETED = "completed"
-FINISHED = ["completed", "failed"]
+FINISHED = [WorkItemStatus.COMPLETED.value, WorkItemStatus.FAILED.value]
 HOUR_COLUMNS = (
     "hour",
     "queue_name",
@@ -99,7 +100,7 @@ def finished_rows(
                queue_name, work_type, status, retry_count, {_BUCKET_SQL} AS run_bucket,
                count(*) AS n, coalesce(sum(run), 0) AS run_seconds
         FROM (SELECT completed_at, queue_name, work_type, status, retry_count,
-                     CASE WHEN status = '{COMPLETED}' AND lease_acquired_at IS NOT NULL
+                     CASE WHEN status = {COMPLETED} AND lease_acquired_at IS NOT NULL
                           THEN greatest(
                               extract(epoch FROM completed_at - lease_acquired_at)::float8, 0)
                      END AS run

@@ -32,13 +32,9 @@ def history_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templat
     using = read_alias()
     now = database_now(using)
     start, step, count = bucket_bounds(minutes, now)
-    # The last week's finished items, read once: peak hours, and every figure of a day or week;
-    # a shorter window's read once for its figures.
+    # The last week's finished items, read once: the peak hours, and a day or a week's figures.
     week = finished_window(now - timedelta(days=PEAK_DAYS), using=using)
-    if is_rolled(minutes):
-        window = week.since(now - timedelta(minutes=minutes))
-    else:
-        window = finished_for(window_minutes=minutes, now=now, using=using)
+    window = finished_for(window_minutes=minutes, now=now, using=using, week=week)
     finished = throughput(window_minutes=minutes, now=now, using=using, finished=window)
     durations = run_durations(window_minutes=minutes, now=now, using=using, finished=window)
     stats = analytics(window_minutes=minutes, now=now, using=using, week=week, finished=window)
