@@ -41,6 +41,26 @@ def test_eight_processes_complete_2000_items_exactly_once(make_items, spawn):
     assert sum(1 for n in per_process if n > 0) >= 2, per_process
 
 
+def test_eight_processes_claiming_by_work_type_complete_each_item_once(make_items, spawn):
+    """Claims filtered to three types, each read one branch per type (`sql.candidates`)."""
+    make_items(300, task_id="ahead", work_type="other", priority=5)  # never asked for
+    for work_type in ("t.a", "t.b", "t.c"):
+        make_items(500, work_type=work_type)
+    procs = [spawn("-m", "tests.procs.claim_loop", f"p-{i}", "4", "t.a,t.b,t.c") for i in range(8)]
+    claims: Counter[str] = Counter()
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        claims.update(line.split()[0] for line in out.splitlines() if line.strip())
+
+    assert len(claims) == 1500 and max(claims.values()) == 1, "an item was claimed twice"
+    assert WorkItem.objects.completed().count() == 1500
+    assert set(WorkItem.objects.filter(work_type="other").values_list("status", flat=True)) == {
+        "pending"
+    }
+    assert set(WorkItem.objects.completed().values_list("lease_token", flat=True)) == {1}
+
+
 def test_two_threads_racing_for_one_item_exactly_one_wins(make_items, threads):
     for _round in range(20):
         [item] = make_items(1)

@@ -301,6 +301,20 @@ class WorkItem(models.Model):
                 name="work_items_claim_idx",
                 condition=Q(status=WorkItemStatus.PENDING, dependencies_left=0),
             ),
+            # The claim index led by the work type: a claim filtered to a few
+            # types reads each type's items in claim order on its own
+            # (`sql.candidates`), never walking other types' backlogs.
+            models.Index(
+                "work_type",
+                F("priority").desc(),
+                Coalesce("run_after", "created_at"),
+                "created_at",
+                "work_item_id",
+                "run_after",
+                "queue_name",
+                name="work_items_claim_type_idx",
+                condition=Q(status=WorkItemStatus.PENDING, dependencies_left=0),
+            ),
             # Pending items blocked by dependencies (counted by the console;
             # never a claim candidate: its condition excludes dependencies_left = 0).
             models.Index(

@@ -136,7 +136,10 @@ def complete_and_claim(
         return completion, manager.claim(n, terms, filters)
     rows_of = [(lease.work_item_id, lease.token, output) for lease, output in done]
     limits = claim_limits(filters)
-    statement = sql.complete_and_claim(d, manager.worker_id, rows_of, n, terms, filters, limits)
+    by_type = manager.shape.by_type(filters)
+    statement = sql.complete_and_claim(
+        d, manager.worker_id, rows_of, n, terms, filters, limits, by_type=by_type
+    )
     try:
         rows = gated_run(manager.using, statement, limits)
     except DatabaseError as exc:
@@ -146,6 +149,7 @@ def complete_and_claim(
         return completion, manager.claim(n, terms, filters)
     written = {(row["work_item_id"], row["lease_token"]) for row in rows if row["kind"] == "done"}
     claimed = manager.leases_from_rows(row for row in rows if row["kind"] == "claimed")
+    manager.shape.claimed(filters, n, len(claimed))
     completion = _split(manager, done, written)
     if len(completion.completed) > len(written) and len(claimed) < n:
         # Items with dependents were completed after the statement's claim:

@@ -29,6 +29,7 @@ from ..sql.new_items import notify
 from ..sql.renewals import Renewal
 from ..sql.runner import Statement, run, run_each, run_one, to_datetime, translate_db_errors
 from ..sql.terms import ClaimFilters, LeaseTerms
+from .claim_shape import ClaimShape
 from .dependencies import finish_with_dependents
 from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, lease_from_row, outcome_from_row
 from .held import refusal as lease_refusal
@@ -63,6 +64,7 @@ class LeaseManager:
         self.worker_id = validation.non_empty_text("worker_id", worker_id)
         self.using = using
         self.held = HeldLeases()
+        self.shape = ClaimShape()
 
     def __repr__(self) -> str:
         return f"<LeaseManager worker_id={self.worker_id!r} held={len(self.held)}>"
@@ -128,8 +130,11 @@ class LeaseManager:
         """
         d = Dialect(self.using)
         limits = claim_limits(filters)
-        statement = sql.claim(d, self.worker_id, n, terms, filters, limits)
-        return self.leases_from_rows(gated_run(self.using, statement, limits))
+        by_type = self.shape.by_type(filters)
+        statement = sql.claim(d, self.worker_id, n, terms, filters, limits, by_type=by_type)
+        leases = self.leases_from_rows(gated_run(self.using, statement, limits))
+        self.shape.claimed(filters, n, len(leases))
+        return leases
 
     def leases_from_rows(self, rows: Iterable[dict[str, Any]]) -> list[Lease]:
         """Claimed rows as leases, in claim order, remembered as held."""

@@ -10,6 +10,7 @@ each SET list, the database clock), so a change to a transition is one edit:
 * `work_items`  claim, complete, fail/retry, requeue, renew, time out, operator
                 transitions, the NOTIFY that wakes idle workers;
 * `terms`       what a claim asks for: its lease terms and filters;
+* `candidates`  which pending rows a claim takes (the claim index, or per-type branches);
 * `pauses`      pausing and resuming queues and work types; the claim's pause check;
 * `limits`      concurrency limits inside the claim (counts, branches, advisory locks);
 * `recovery`    the sweep's recovery of expired leases, with its checkpoints;

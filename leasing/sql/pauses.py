@@ -30,7 +30,7 @@ WORK_TYPE = f"'{PauseKind.WORK_TYPE.value}'"
 ACTIVE = '"resumed_at" IS NULL'
 
 # Every active pause as one key, `<kind>:<name>`; kinds hold no colon.
-_ACTIVE_KEYS = (
+ACTIVE_KEYS = (
     "SELECT lp.kind || ':' || lp.name FROM leasing_pauses AS lp WHERE lp.resumed_at IS NULL"
 )
 
@@ -40,8 +40,8 @@ def not_paused(d: Dialect) -> str:
     queue_key = f"{QUEUE} || ':' || work_items.queue_name"
     type_key = f"{WORK_TYPE} || ':' || work_items.work_type"
     if d.is_postgres:
-        return f"NOT (ARRAY[{queue_key}, {type_key}] && ARRAY({_ACTIVE_KEYS}))"
-    return f"({queue_key}) NOT IN ({_ACTIVE_KEYS}) AND ({type_key}) NOT IN ({_ACTIVE_KEYS})"
+        return f"NOT (ARRAY[{queue_key}, {type_key}] && ARRAY({ACTIVE_KEYS}))"
+    return f"({queue_key}) NOT IN ({ACTIVE_KEYS}) AND ({type_key}) NOT IN ({ACTIVE_KEYS})"
 
 
 COLUMNS = "id, kind, name, paused_by, reason, paused_at, resumed_by, resume_reason, resumed_at"

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..states import WorkItemStatus
+from .candidates import locked_candidates, plain_candidates, where
 from .dialect import Dialect
-from .limits import AVAILABLE_AT, CLAIM_ORDER, Limits, limited_candidates
-from .pauses import not_paused
+from .limits import Limits, limited_candidates
 from .runner import Statement
 from .terms import ClaimFilters, LeaseTerms
 
@@ -96,55 +96,6 @@ def _claim_set(d: Dialect, holder: str, terms: LeaseTerms) -> Statement:
     return sql, [holder, *expiry_params, *deadline_params]
 
 
-def _where(d: Dialect, filters: ClaimFilters) -> Statement:
-    """Which rows a claim may take: pending, available, allowed by its filters, not paused."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    for column, values in (
-        ("work_type", filters.work_types),
-        ("queue_name", filters.queues),
-        ("task_id", filters.task_ids),
-    ):
-        if values is not None:
-            clause, clause_params = d.in_list(column, list(values))
-            clauses.append(f"AND {clause}")
-            params += clause_params
-            if d.is_postgres and column != "task_id":
-                clause, clause_params = _range(column, values)
-                clauses.append(f"AND {clause}")
-                params += clause_params
-    sql = f"""
-        status = {PENDING} AND dependencies_left = 0 AND {AVAILABLE_AT} <= {d.now}
-        {" ".join(clauses)} AND {not_paused(d)}
-    """
-    return sql, params
-
-
-def _range(column: str, values: tuple[str, ...]) -> Statement:
-    """`column BETWEEN` the least and the greatest of `values`, in the database's collation.
-
-    Implied by `column = ANY(values)`, but unlike it usable on a trailing
-    column of the claim index without giving up its order (PostgreSQL 15): a
-    claim filtered to some queues or work types then skips the items of the
-    others outside that range on the index entry, without reading their rows.
-    A worker serving one type or queue, or types that share a prefix, walks
-    only its own items; one serving types spread across the alphabet still
-    reads the rows of those in between.
-    """
-    marks = ", ".join(["%s"] * len(values))
-    return f"{column} BETWEEN LEAST({marks}) AND GREATEST({marks})", [*values, *values]
-
-
-def _candidates(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
-    where, params = _where(d, filters)
-    sql = f"""
-        SELECT work_item_id FROM work_items WHERE {where}
-        ORDER BY {CLAIM_ORDER}
-        LIMIT %s
-    """
-    return sql, [*params, n]
-
-
 def claim_ctes(
     d: Dialect,
     holder: str,
@@ -154,22 +105,23 @@ def claim_ctes(
     limits: Limits = NO_LIMITS,
     *,
     after_done: bool = False,
+    by_type: bool = False,
 ) -> Statement:
     """PostgreSQL: CTEs `candidate` and `claimed` (the claimed rows' lease columns).
 
     The candidates are locked with SKIP LOCKED, so concurrent claimers never
     pick the same row and never wait for one another. With `limits` the
     candidates are picked by `leasing.sql.limits` (the caller holds their
-    advisory locks).
+    advisory locks); otherwise by `leasing.sql.candidates` (`by_type`: one
+    branch per work type where it can).
     """
     if limits:
-        where, where_params = _where(d, filters)
+        condition, condition_params = where(d, filters)
         candidates, candidate_params = limited_candidates(
-            d, where, where_params, n, limits, after_done=after_done
+            d, condition, condition_params, n, limits, after_done=after_done
         )
     else:
-        candidates, candidate_params = _candidates(d, filters, n)
-        candidates = f"candidate AS ({candidates} {d.lock_skip_locked()})"
+        candidates, candidate_params = locked_candidates(d, filters, n, by_type=by_type)
     set_sql, set_params = _claim_set(d, holder, terms)
     # The limited candidates are a few ids behind window functions; an array
     # of them keeps the UPDATE a primary-key lookup whatever the estimates.
@@ -196,6 +148,8 @@ def claim(
     terms: LeaseTerms,
     filters: ClaimFilters,
     limits: Limits = NO_LIMITS,
+    *,
+    by_type: bool = False,
 ) -> Statement:
     """Claim up to `n` items in claim order; returns their lease columns.
 
@@ -204,19 +158,19 @@ def claim(
     limited queue or type goes past its limit.
     """
     if d.is_postgres:
-        ctes, params = claim_ctes(d, holder, n, terms, filters, limits)
+        ctes, params = claim_ctes(d, holder, n, terms, filters, limits, by_type=by_type)
         sql = f"WITH {ctes} SELECT {', '.join(LEASE_COLUMNS)} FROM claimed"
         return d.in_claim_order(sql), params
     # SQLite has one writer at a time; the status re-check makes the UPDATE a
     # compare-and-swap even if the subquery saw an older row.
     set_sql, set_params = _claim_set(d, holder, terms)
     if limits:
-        where, where_params = _where(d, filters)
-        ctes, candidate_params = limited_candidates(d, where, where_params, n, limits)
+        condition, condition_params = where(d, filters)
+        ctes, candidate_params = limited_candidates(d, condition, condition_params, n, limits)
         prefix, candidates = f"WITH {ctes}", "SELECT work_item_id FROM candidate"
         params = [*candidate_params, *set_params]
     else:
-        candidates, candidate_params = _candidates(d, filters, n)
+        candidates, candidate_params = plain_candidates(d, filters, n)
         prefix, params = "", [*set_params, *candidate_params]
     sql = f"""
         {prefix} UPDATE work_items SET {set_sql}
@@ -279,6 +233,8 @@ def complete_and_claim(
     terms: LeaseTerms,
     filters: ClaimFilters,
     limits: Limits = NO_LIMITS,
+    *,
+    by_type: bool = False,
 ) -> Statement:
     """PostgreSQL: complete finished items and claim new ones in one statement.
 
@@ -287,7 +243,9 @@ def complete_and_claim(
     `claim_ctes`, gates included: the limits' in-flight counts take off the
     items this statement completes (its snapshot still sees them in flight).
     """
-    ctes, claim_params = claim_ctes(d, holder, n, terms, filters, limits, after_done=True)
+    ctes, claim_params = claim_ctes(
+        d, holder, n, terms, filters, limits, after_done=True, by_type=by_type
+    )
     done_columns = ", ".join(
         c if c in ("work_item_id", "lease_token") else "NULL" for c in LEASE_COLUMNS
     )

@@ -2,7 +2,8 @@
 
 Claims items one batch at a time with its own LeaseManager and connection,
 completes each with a fenced release, and prints every claimed id, until
-nothing is claimable. Usage: python -m tests.procs.claim_loop WORKER_ID BATCH
+nothing is claimable. Usage: python -m tests.procs.claim_loop WORKER_ID BATCH [TYPE,...]
+(with types: a claim filtered to them, read one branch per type every time)
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ def main() -> None:
     from leasing import LeaseManager
 
     worker_id, batch = sys.argv[1], int(sys.argv[2])
+    types = sys.argv[3].split(",") if len(sys.argv) > 3 else None
     manager = LeaseManager(worker_id)
+    if types:
+        manager.shape.claimed = lambda *_: None  # keeps the first claim's shape: by type
     idle_rounds = 0
     while idle_rounds < 3:
-        leases = manager.acquire_leases(batch, lease_duration_seconds=60)
+        leases = manager.acquire_leases(batch, lease_duration_seconds=60, work_type_filter=types)
         if not leases:
             idle_rounds += 1
             continue
