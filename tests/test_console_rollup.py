@@ -21,13 +21,18 @@ from leasing.services.rollups import (
     GRACE,
     KEEP,
     MAX_HOURS_PER_PASS,
+    QUARTER,
+    ROLLUP,
     ceil_hour,
     floor_hour,
+    floor_quarter,
     roll_up_finished_hours,
     rollup_mark,
 )
+from leasing.sql import rollups as rollup_sql
+from leasing.sql.dialect import Dialect
 from leasing.sql.rollups import bucket_of
-from leasing.sql.runner import database_now
+from leasing.sql.runner import database_now, run
 from tests.test_admin_support import VIEW_ALL, make_user
 
 pytestmark = pytest.mark.django_db
@@ -67,8 +72,8 @@ def finish(
 
 def test_the_rollup_folds_each_closed_hour_once():
     now = database_now()
-    closed = floor_hour(now - GRACE)
-    two_hours_back = closed - timedelta(hours=2)
+    closed = floor_quarter(now - GRACE)
+    two_hours_back = floor_hour(closed) - timedelta(hours=2)
     # Two completed items and one failure in the hour two hours back, one in the current hour.
     ended = [now - (two_hours_back + timedelta(minutes=m)) for m in (5, 50)]
     finish("a", ended[0], run_seconds=1.0, retries=0)
@@ -93,6 +98,31 @@ def test_the_rollup_folds_each_closed_hour_once():
     again = roll_up_finished_hours()
     assert (again.hours, again.rows, again.through) == (0, 0, closed)
     assert FinishedHour.objects.count() == 2
+
+
+def test_the_hour_of_the_mark_is_rolled_up_to_it_and_written_again_whole():
+    now = database_now()
+    mark = floor_quarter(now - GRACE)
+    for minute in range(80):
+        finish(f"m{minute}", timedelta(minutes=minute, seconds=30))
+
+    def rolled_since(hour):
+        return sum(FinishedHour.objects.filter(hour__gte=hour).values_list("items", flat=True))
+
+    def items(start, end):
+        return WorkItem.objects.filter(completed_at__gte=start, completed_at__lt=end).count()
+
+    assert roll_up_finished_hours(max_hours=24 * 9).through == mark == rollup_mark()
+    hour = floor_hour(mark - QUARTER)
+    assert rolled_since(hour) == items(hour, mark)
+    # The mark a quarter back (a pass that has not run yet): the next pass
+    # reads the hour it is in again from its start and counts nothing twice.
+    run("default", rollup_sql.set_mark(Dialect(), ROLLUP, mark - QUARTER))
+    again = roll_up_finished_hours(max_hours=24 * 9)
+    assert (again.through, again.hours) == (mark, 1)
+    assert rolled_since(hour) == items(hour, mark)
+    window = finished_window(now - timedelta(days=1))
+    assert window.count("completed") == items(window.start, now + timedelta(seconds=1)) == 80
 
 
 def test_a_first_pass_reaches_back_a_bounded_number_of_hours_and_prunes_old_rows():
@@ -181,12 +211,12 @@ def test_each_sweep_pass_rolls_up_the_hours_that_ended():
     finish("a", timedelta(hours=2))
     sweep = RecoverySweep(scan_interval_seconds=5)
     # A first sweep reaches back 8 days, MAX_HOURS_PER_PASS hours a pass.
-    passes = [sweep.scan_and_recover() for _ in range(5)]
-    assert [p.errors for p in passes] == [0] * 5
+    passes = [sweep.scan_and_recover() for _ in range(6)]
+    assert [p.errors for p in passes] == [0] * 6
     rolled = [p.hours_rolled_up for p in passes]
     assert max(rolled) == MAX_HOURS_PER_PASS and rolled[-1] == 0
     assert FinishedHour.objects.filter(items=1).count() == 1
-    assert rollup_mark() == floor_hour(database_now() - GRACE)
+    assert rollup_mark() == floor_quarter(database_now() - GRACE)
 
 
 @pytest.mark.postgres

@@ -13,9 +13,10 @@ query per figure.
   chart's length.
 * A day or a week starts on an hour (the first whole hour inside it) and is
   read as the `leasing_finished_hours` rows the sweep wrote for it, plus the
-  items finished since the rollup's mark: a few hundred small rows and about
-  an hour of items, where reading the window's items meant 150,000 index
-  entries a week at 15 items a minute.
+  items finished since the rollup's mark (at most a quarter hour and the
+  sweep's grace back): a few hundred small rows and minutes of items, where
+  reading the window's items meant 150,000 index entries a week at 15 items
+  a minute.
 
 Counts and retry counts are exact. Run-time percentiles come from the merged
 histograms, interpolated between ranks as PostgreSQL's `percentile_cont`
@@ -55,7 +56,7 @@ class FinishedWindow:
 
     start: datetime
     groups: tuple[FinishedGroup, ...]
-    rolled_through: datetime | None = None  # hours before it were read from the rollup
+    rolled_through: datetime | None = None  # what finished before it was read from the rollup
 
     def since(self, moment: datetime) -> FinishedWindow:
         """The part of an hourly window from the first whole hour after `moment`."""

@@ -1,16 +1,20 @@
 """The hourly rollup of finished items, written by the sweep, read by the console.
 
-Each sweep pass calls `roll_up_finished_hours()`: every hour that ended more
-than `GRACE` ago and is not rolled up yet is folded into
-`leasing_finished_hours` rows (at most `MAX_HOURS_PER_PASS` hours a pass, so
-the first pass on a large table stays short), and rows older than `KEEP` are
-pruned. The mark (`leasing_rollup_marks`) is locked for the pass, so two
-sweeps never roll the same hour up twice.
+Each sweep pass calls `roll_up_finished_hours()`: everything finished up to
+the last quarter hour that ended more than `GRACE` ago and not rolled up yet
+is folded into `leasing_finished_hours` rows, one per (hour, queue, work
+type, status) (at most `MAX_HOURS_PER_PASS` hours a pass, so the first pass
+on a large table stays short), and rows older than `KEEP` are pruned. The
+mark (`leasing_rollup_marks`) moves a quarter hour at a time: the rows of the
+hour it is in hold that hour up to the mark and are written again, whole,
+each time it moves, so a reader adds at most a quarter hour (plus `GRACE`) of
+items to them, however busy the hour. The mark is locked for the pass, so
+two sweeps never roll the same range up twice.
 
-`GRACE` covers the completions whose transaction commits after the hour
+`GRACE` covers the completions whose transaction commits after a quarter
 ended: their `completed_at` is the statement's time, a few milliseconds
 before the commit. A finished item that shows up later than that is not
-counted in its hour.
+counted.
 
 `finished_groups()` reads the items finished in a range from `work_items`
 and groups them as the rollup does, per hour or per bucket of a given
@@ -41,6 +45,7 @@ BACKFILL = timedelta(days=8)  # where the first pass starts: the console's week 
 KEEP = timedelta(days=35)
 MAX_HOURS_PER_PASS = 48
 HOUR = timedelta(hours=1)
+QUARTER = timedelta(minutes=15)  # how far the mark moves at a time
 ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)  # buckets of an hour or less align to it
 
 
@@ -62,13 +67,18 @@ class FinishedGroup:
 
 @dataclass(frozen=True, slots=True)
 class RollupResult:
-    hours: int  # hours rolled up by this call
+    hours: int  # hours (whole or up to the mark) rolled up by this call
     rows: int  # rows written
-    through: datetime | None  # every hour before this is rolled up
+    through: datetime | None  # everything finished before this is rolled up
 
 
 def floor_hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def floor_quarter(moment: datetime) -> datetime:
+    hour = floor_hour(moment)
+    return hour + (moment - hour) // QUARTER * QUARTER
 
 
 def ceil_hour(moment: datetime) -> datetime:
@@ -184,7 +194,11 @@ def rolled_groups(start: datetime, end: datetime, *, using: str = "default") -> 
 def roll_up_finished_hours(
     *, using: str = "default", max_hours: int = MAX_HOURS_PER_PASS
 ) -> RollupResult:
-    """Roll up the closed hours not rolled up yet (at most `max_hours`); prune old rows."""
+    """Roll up to the last closed quarter hour (at most `max_hours` hours); prune old rows.
+
+    The hour the mark is in is read again from its start and its rows
+    replaced: a row always holds its hour up to the mark.
+    """
     max_hours = validation.integer("max_hours", max_hours, minimum=1, maximum=24 * 366)
     d = Dialect(using)
     with translate_db_errors(), transaction.atomic(using=using):
@@ -192,18 +206,21 @@ def roll_up_finished_hours(
         run(using, sql.ensure_mark(ROLLUP))
         mark = run_one(using, sql.lock_mark(d, ROLLUP))
         through = to_datetime(mark["through"]) if mark else None
-        closed = floor_hour(now - GRACE)
+        closed = floor_quarter(now - GRACE)
         start = max(through or floor_hour(now - BACKFILL), floor_hour(now - KEEP))
         if start >= closed:
             return RollupResult(hours=0, rows=0, through=through)
-        end = min(closed, start + max_hours * HOUR)
-        groups = finished_groups(start, end, using=using)
-        run(using, sql.delete_hours(d, start, end))
+        first_hour = floor_hour(start)
+        end = min(closed, first_hour + max_hours * HOUR)
+        groups = finished_groups(first_hour, end, using=using)
+        # Rows of the hours from `first_hour` to `end`'s (which may end after it).
+        run(using, sql.delete_hours(d, first_hour, end))
         for statement in sql.insert_hours(d, [_values(g) for g in groups]):
             run(using, statement)
         run(using, sql.set_mark(d, ROLLUP, end))
         run(using, sql.prune_hours(d, floor_hour(now - KEEP)))
-    return RollupResult(hours=int((end - start) / HOUR), rows=len(groups), through=end)
+    hours = int((ceil_hour(end) - first_hour) / HOUR)
+    return RollupResult(hours=hours, rows=len(groups), through=end)
 
 
 def _values(group: FinishedGroup) -> tuple[Any, ...]:
@@ -222,7 +239,7 @@ def _values(group: FinishedGroup) -> tuple[Any, ...]:
 
 
 def rollup_mark(*, using: str = "default") -> datetime | None:
-    """Every hour before this one is rolled up (None: nothing is)."""
+    """Everything finished before this is rolled up (None: nothing is)."""
     with translate_db_errors():
         row = run_one(using, sql.read_mark(ROLLUP))
     return to_datetime(row["through"]) if row else None

@@ -4,7 +4,7 @@ A worker that dies or hangs stops renewing its lease. Each pass of the sweep
 recovers every `in_progress` item whose lease ran out (by the database
 clock), batch by batch (`leasing.services.recovery`), then enforces
 checkpoint retention, deletes expired idempotency keys, marks processes
-that went silent `lost` and rolls the hours that ended up for the console
+that went silent `lost` and rolls finished items up for the console
 (`leasing.services.rollups`).
 
 A running sweep registers in the `workers` table (role `sweeper`) and
@@ -237,7 +237,7 @@ class RecoverySweep:
         counts["workers_lost"] = len(lost)
 
     def _roll_up(self, counts: dict[str, Any]) -> None:
-        """Fold the hours that ended into the console's hourly rollup (one query most passes)."""
+        """Fold what finished up to the last quarter hour into the console's hourly rollup."""
         with translate_db_errors():
             counts["hours_rolled_up"] = roll_up_finished_hours(using=self.using).hours
 
