@@ -24,6 +24,18 @@ def _seconds(value: float | None, default: float) -> timedelta:
 # The database itself cascades (or nulls) on delete, so purging items with
 # one DELETE statement takes their checkpoints along (Django 6.1); Django 6.0
 # has no such option, and purging deletes the dependent rows itself.
+def _claim_keys() -> tuple[Any, ...]:
+    """The claim indexes' keys: claim order (`sql.limits.CLAIM_ORDER`), run_after, queue_name."""
+    return (
+        F("priority").desc(),
+        Coalesce("run_after", "created_at"),
+        "created_at",
+        "work_item_id",
+        "run_after",
+        "queue_name",
+    )
+
+
 DB_CASCADE = getattr(models, "DB_CASCADE", models.CASCADE)
 DB_SET_NULL = getattr(models, "DB_SET_NULL", models.SET_NULL)
 
@@ -288,30 +300,20 @@ class WorkItem(models.Model):
             # the order: the id is unique). A claim filtered to some queues or
             # work types checks the range of them on the index entry, so items
             # of the others are skipped without reading the table
-            # (`sql.work_items._range`), and the console's backlog and
+            # (`sql.candidates._range`), and the console's backlog and
             # queue table are index-only scans of this and the next index.
             models.Index(
-                F("priority").desc(),
-                Coalesce("run_after", "created_at"),
-                "created_at",
-                "work_item_id",
-                "run_after",
-                "queue_name",
+                *_claim_keys(),
                 "work_type",
                 name="work_items_claim_idx",
                 condition=Q(status=WorkItemStatus.PENDING, dependencies_left=0),
             ),
-            # The claim index led by the work type: a claim filtered to a few
-            # types reads each type's items in claim order on its own
+            # The claim index led by the work type: a claim filtered to work
+            # types may read each type's items in claim order on its own
             # (`sql.candidates`), never walking other types' backlogs.
             models.Index(
                 "work_type",
-                F("priority").desc(),
-                Coalesce("run_after", "created_at"),
-                "created_at",
-                "work_item_id",
-                "run_after",
-                "queue_name",
+                *_claim_keys(),
                 name="work_items_claim_type_idx",
                 condition=Q(status=WorkItemStatus.PENDING, dependencies_left=0),
             ),
