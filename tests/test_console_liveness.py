@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 from django.core.cache import cache
 from django.test import Client
+from django.urls import reverse
 
 from leasing.console.liveness import beat_interval
-from leasing.console.processes import live_workers, sweep_health
+from leasing.console.processes import LEASE_IDS_SHOWN, live_workers, sweep_health
 from leasing.models import Worker
 from leasing.sql.runner import database_now
 from tests.test_admin_support import VIEW_ALL, claim, dashboard_url, make_user
@@ -64,6 +65,24 @@ def test_a_worker_silent_for_three_intervals_is_red_and_listed_first(leasing_set
     row = re.search(r'<tr class="leasing-row-bad" data-worker="w-dead">(.*?)</tr>', html, re.S)
     assert row and "silent 2 min 31 s" in row.group(1) and lease.work_item_id in row.group(1)
     assert '<tr class="" data-worker="w-ok">' in html
+
+
+def test_a_worker_row_links_its_page_its_first_leases_and_all_of_them(leasing_settings, viewer):
+    leasing_settings(HEARTBEAT_INTERVAL=30)
+    process("w/1", seen=5, heartbeat_interval=30)
+    leases = [claim(f"task-{n}", "w/1") for n in range(LEASE_IDS_SHOWN + 2)]
+    html = viewer.get(dashboard_url()).content.decode()
+    row = re.search(r'<tr class="" data-worker="w/1">(.*?)</tr>', html, re.S)
+    assert row, "the worker's row is missing"
+    cells = row.group(1)
+    assert f'href="{reverse("admin:leasing_worker_change", args=["w_2F1"])}"' in cells
+    assert "seen 5 s ago" in cells and "beats every 30 s; silent after 1 min 30 s" in cells
+    links = re.findall(r'<a href="([^"]*)">([^<]*)</a>', cells.split("leasing-lease-ids")[1])
+    shown = [text for _, text in links[:-1]]
+    assert len(shown) == LEASE_IDS_SHOWN and set(shown) <= {x.work_item_id for x in leases}
+    assert links[0][0] == reverse("admin:leasing_workitem_change", args=[shown[0]])
+    everything = reverse("admin:leasing_workitem_changelist") + "?q=w%2F1"
+    assert links[-1] == (everything, f"all {len(leases)}…")
 
 
 def test_sweeper_rows_agree_with_the_banner_which_states_the_real_interval(

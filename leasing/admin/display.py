@@ -89,13 +89,13 @@ def ago(seconds: float) -> str:
     return f"{humanize_seconds(max(0.0, seconds))} ago"
 
 
-class ItemUrls:
-    """Admin change URLs of work items, without one `reverse()` per link."""
+class ChangeUrls:
+    """Admin change URLs of one model's objects, without one `reverse()` per link."""
 
-    MARKER = "__leasing_work_item__"
+    MARKER = "__leasing_object__"
 
-    def __init__(self, site: str) -> None:
-        self._template = reverse(f"{site}:leasing_workitem_change", args=[self.MARKER])
+    def __init__(self, site: str, model: str = "workitem") -> None:
+        self._template = reverse(f"{site}:leasing_{model}_change", args=[self.MARKER])
 
     def __call__(self, pk: str) -> str:
         return self._template.replace(self.MARKER, quote(pk))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -13,7 +14,7 @@ from ...console.charts import retry_chart, throughput_chart
 from ...console.dashboard import build_dashboard
 from ...console.durations import humanize_seconds
 from ...console.tiles import tiles
-from ..display import ItemUrls, pretty_json
+from ..display import ChangeUrls, pretty_json
 from ..forms import DashboardForm
 from .common import console_context, render_console
 
@@ -50,7 +51,20 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
         using=read_alias(),
         primary=WRITE_DATABASE,
     )
-    item_url = ItemUrls(model_admin.admin_site.name)
+    item_url = ChangeUrls(model_admin.admin_site.name)
+    worker_url = ChangeUrls(model_admin.admin_site.name, "worker")
+
+    def lease_links(holder: str, lease_ids: tuple[str, ...], count: int) -> dict[str, Any]:
+        """A row's lease links, and the list of all its leases when it shows only some."""
+        more = None
+        if count > len(lease_ids):
+            more = f"{context['changelist_url']}?{urlencode({'q': holder})}"
+        return {
+            "leases": [(pk, item_url(pk)) for pk in lease_ids],
+            "more_url": more,
+            "lease_count": count,
+        }
+
     context |= {
         "data": data,
         "form": form,
@@ -70,11 +84,12 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
             for entry in data.recoveries
         ],
         "workers": [
-            {"process": w, "leases": [(pk, item_url(pk)) for pk in w.lease_ids]}
+            {"process": w, "url": worker_url(w.worker_id)}
+            | lease_links(w.worker_id, w.lease_ids, w.lease_count)
             for w in data.workers
         ],
         "orphans": [
-            {"holder": h, "leases": [(pk, item_url(pk)) for pk in h.lease_ids]}
+            {"holder": h} | lease_links(h.lease_holder, h.lease_ids, h.lease_count)
             for h in data.orphan_holders
         ],
         "stale_after": humanize_seconds(data.lease_health.stale_after_seconds),

@@ -23,7 +23,7 @@ from ...console.failures import error_groups, group_members
 from ...services.operations import Action
 from ...sql.runner import database_now
 from .. import bulk
-from ..display import ItemUrls
+from ..display import ChangeUrls
 from ..forms import BulkActionForm, WindowForm
 from .common import console_context
 
@@ -39,7 +39,7 @@ def errors_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Template
     minutes = form.minutes()
     using = read_alias()
     groups, truncated = error_groups(database_now(using) - timedelta(minutes=minutes), using=using)
-    item_url = ItemUrls(model_admin.admin_site.name)
+    item_url = ChangeUrls(model_admin.admin_site.name)
     retry_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors_retry")
     context |= {
         "form": form,
