@@ -84,7 +84,7 @@ test: lint
 	$(MAKE) --no-print-directory test-postgres
 	@if [ "$(TEST_DJANGO60)" = 1 ]; then $(MAKE) --no-print-directory test-django60; fi
 
-# Every benchmark scenario at small sizes against PostgreSQL (about 5 minutes;
+# Every benchmark scenario at small sizes against PostgreSQL (2-5 minutes;
 # the first run also builds the peers' virtualenv): checks that each runs and
 # reports sane figures, never a speed.
 test-bench-smoke: venv
@@ -92,8 +92,8 @@ test-bench-smoke: venv
 	LEASING_BENCH_SMOKE=1 DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 \
 		$(PY) -m pytest tests/test_bench_smoke.py $(PYTEST_ARGS)
 
-# What CI runs (.ci/run): the README's `make test`, the suite on Django 6.0 and
-# the HA suite, about 25 minutes in all.
+# What CI runs (.ci/run): the README's `make test`, the benchmark smoke run, the
+# suite on Django 6.0 and the HA suite, about 25 minutes in all.
 # CI's pass on Django 6.0: not the browser tests (the HTML tests render the same
 # pages) nor the modules that run workers, demos and crashes in real processes
 # (their code does not depend on the Django release), so that CI stays well
@@ -105,7 +105,7 @@ DJANGO60_CI_ARGS = -m "not browser" --ignore=tests/test_demo.py \
 ci-django60:
 	$(MAKE) --no-print-directory test-django60 PYTEST_ARGS='$(DJANGO60_CI_ARGS)'
 
-ci: test ci-django60 test-ha
+ci: test test-bench-smoke ci-django60 test-ha
 
 # Failover, a transaction pooler, network partitions and a read replica, on
 # throwaway clusters, pgbouncer and network namespaces this machine makes and

@@ -1,7 +1,10 @@
 """The claim without its pause check: the baseline the claim scenario compares with.
 
 Import after `django.setup()`. Claims built while the check is off carry
-`TRUE` where the shipped statement checks the active pauses.
+`TRUE` where the shipped statement checks the active pauses (the
+`not_paused` clause of `leasing.sql.candidates.where`, which every claim
+carries; a claim read in branches by work type also drops paused types before
+their branch runs, and keeps that).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import leasing.sql.work_items as statements
+import leasing.sql.candidates as statements
 
 SHIPPED = statements.not_paused
 

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # tests/ha builds clusters, a pooler and network namespaces as root: only
 # `make test-ha` (LEASING_HA_TESTS=1) collects it.
 collect_ignore = [] if os.environ.get("LEASING_HA_TESTS") == "1" else ["ha"]
-# The benchmark smoke run (every scenario at small sizes, about 5 minutes) has
-# its own target, `make test-bench-smoke` (LEASING_BENCH_SMOKE=1), which CI runs
-# after `make test`; that keeps `make test` well under 15 minutes.
+# The benchmark smoke run (every scenario at small sizes, 2-5 minutes) has its
+# own target, `make test-bench-smoke` (LEASING_BENCH_SMOKE=1), which CI runs
+# after `make test`; that keeps `make test` under 15 minutes.
 if os.environ.get("LEASING_BENCH_SMOKE") != "1":
     collect_ignore.append("test_bench_smoke.py")
 

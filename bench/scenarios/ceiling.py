@@ -56,9 +56,11 @@ class _Rollback(Exception):
 def claim_plan_indexes(bench: Bench) -> list[str | None]:
     """The indexes the loop's claim (K=100) scans, under its planner settings.
 
-    The loop is only a fair bar while it walks the engine's claim index: a
-    claim that misses the index's predicate (say, a new column in it) sorts
-    every pending row and makes the loop, and every ratio to it, meaningless.
+    The loop is only a fair bar while it walks one of the engine's claim
+    indexes (`work_items_claim_idx`, or the type-led `work_items_claim_type_idx`,
+    as its claim names one work type): a claim that misses the indexes'
+    predicate (say, a new column in it) sorts every pending row and makes the
+    loop, and every ratio to it, meaningless.
     """
     statements = [s.strip() for s in CLAIM.format(batch=100).split(";") if s.strip()]
     query = statements[-1]
