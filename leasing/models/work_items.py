@@ -24,6 +24,10 @@ def _seconds(value: float | None, default: float) -> timedelta:
 # The database itself cascades (or nulls) on delete, so purging items with
 # one DELETE statement takes their checkpoints along (Django 6.1); Django 6.0
 # has no such option, and purging deletes the dependent rows itself.
+DB_CASCADE = getattr(models, "DB_CASCADE", models.CASCADE)
+DB_SET_NULL = getattr(models, "DB_SET_NULL", models.SET_NULL)
+
+
 def _claim_keys() -> tuple[Any, ...]:
     """The claim indexes' keys: claim order (`sql.limits.CLAIM_ORDER`), run_after, queue_name."""
     return (
@@ -34,10 +38,6 @@ def _claim_keys() -> tuple[Any, ...]:
         "run_after",
         "queue_name",
     )
-
-
-DB_CASCADE = getattr(models, "DB_CASCADE", models.CASCADE)
-DB_SET_NULL = getattr(models, "DB_SET_NULL", models.SET_NULL)
 
 
 def at_most_key_length(column: str, table: str) -> models.CheckConstraint:

@@ -10,6 +10,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
+from ..admin.display import badge
 from ..console.durations import humanize_seconds
 
 register = template.Library()
@@ -49,17 +50,15 @@ def leasing_liveness(process: Any) -> SafeString:
     )
     if alive.silent:
         return format_html(
-            '<span class="leasing-badge leasing-worker-lost">silent</span> <strong'
-            ' class="leasing-bad-text leasing-nowrap" title="last seen {}">{}</strong>{}',
+            '{} <strong class="leasing-bad-text leasing-nowrap" title="last seen {}">{}</strong>{}',
+            badge("worker", "lost", "silent"),
             seen,
             alive.text,
             beats,
         )
     return format_html(
-        '<span class="leasing-badge leasing-worker-{}">{}</span> <span class="leasing-nowrap"'
-        ' title="last seen {}">{}</span>{}',
-        process.status,
-        process.status,
+        '{} <span class="leasing-nowrap" title="last seen {}">{}</span>{}',
+        badge("worker", process.status, process.status),
         seen,
         alive.text,
         beats,
