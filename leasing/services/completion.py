@@ -27,6 +27,7 @@ from .leases import LeaseManager, gated_run
 from .terms import claim_limits
 
 Finished = tuple[Lease, str | None]  # a lease and its handler's output, encoded as JSON
+_TOKEN = sql.LEASE_COLUMNS.index("lease_token")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +148,9 @@ def complete_and_claim(
             raise
         completion = complete_one_by_one(manager, done)
         return completion, manager.claim(n, terms, filters)
-    written = {(row["work_item_id"], row["lease_token"]) for row in rows if row["kind"] == "done"}
-    claimed = manager.leases_from_rows(row for row in rows if row["kind"] == "claimed")
+    # Rows are `sql.LEASE_COLUMNS` and then their kind; a done row has only its key.
+    written = {(row[0], row[_TOKEN]) for row in rows if row[-1] == "done"}
+    claimed = manager.leases_from_rows(row for row in rows if row[-1] == "claimed")
     manager.shape.claimed(filters, n, len(claimed))
     completion = _split(manager, done, written)
     if len(completion.completed) > len(written) and len(claimed) < n:

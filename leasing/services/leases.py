@@ -27,7 +27,15 @@ from ..sql.dialect import Dialect
 from ..sql.limits import Limits, lock_statement
 from ..sql.new_items import notify
 from ..sql.renewals import Renewal
-from ..sql.runner import Statement, run, run_each, run_one, to_datetime, translate_db_errors
+from ..sql.runner import (
+    Statement,
+    run,
+    run_each,
+    run_one,
+    run_rows,
+    to_datetime,
+    translate_db_errors,
+)
 from ..sql.terms import ClaimFilters, LeaseTerms
 from .claim_shape import ClaimShape
 from .dependencies import finish_with_dependents
@@ -38,18 +46,19 @@ from .terms import claim_filters, claim_limits, claim_terms, error_text, retry_b
 MAX_BATCH = 1000
 
 
-def gated_run(using: str, statement: Statement, limits: Limits) -> list[dict[str, Any]]:
-    """Run a claim; one that may touch a limited key first takes the keys' advisory locks.
+def gated_run(using: str, statement: Statement, limits: Limits) -> list[tuple[Any, ...]]:
+    """Run a claim (its rows as tuples); one that may touch a limited key first takes the
+    keys' advisory locks.
 
     PostgreSQL only: the locks and the claim share one transaction, and the
     claim's snapshot is taken after the locks are granted (see
     `leasing.sql.limits`). Without limits, or on SQLite, it is one statement.
     """
     if not limits or not Dialect(using).is_postgres:
-        return run(using, statement)
+        return run_rows(using, statement)[1]
     with translate_db_errors(), transaction.atomic(using=using):
         run(using, lock_statement(limits))
-        return run(using, statement)
+        return run_rows(using, statement)[1]
 
 
 class LeaseManager:
@@ -136,8 +145,8 @@ class LeaseManager:
         self.shape.claimed(filters, n, len(leases))
         return leases
 
-    def leases_from_rows(self, rows: Iterable[dict[str, Any]]) -> list[Lease]:
-        """Claimed rows as leases, in claim order, remembered as held."""
+    def leases_from_rows(self, rows: Iterable[Sequence[Any]]) -> list[Lease]:
+        """Claimed rows (`sql.LEASE_COLUMNS`) as leases, in claim order, remembered as held."""
         leases = sorted(
             (lease_from_row(row, self.worker_id) for row in rows),
             key=lambda lease: (-lease.priority, lease.created_at, lease.work_item_id),

@@ -40,20 +40,44 @@ _SQLITE_BUSY = ("database is locked", "database table is locked", "database is b
 
 def run(using: str, statement: Statement) -> list[dict[str, Any]]:
     """Execute one statement and return its rows as dicts."""
+    columns, rows = run_rows(using, statement)
+    return [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def run_rows(using: str, statement: Statement) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Execute one statement; returns its column names and its rows as tuples.
+
+    For the claim's hot path, which reads rows by position: a dict a row
+    costs more than the rest of a no-op item's claim.
+    """
     sql, params = statement
-    with translate_db_errors(), connections[using].cursor() as cursor:
+    connection = connections[using]
+    with translate_db_errors(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            _fast_timestamps(cursor.cursor)
         cursor.execute(sql, params)
         # A statement with planner settings around it returns several result
         # sets (Dialect.in_claim_order): the rows are the one with columns.
-        if cursor.description is None and connections[using].vendor == "postgresql":
+        if cursor.description is None and connection.vendor == "postgresql":
             while cursor.description is None and cursor.nextset():
                 pass
         description = cursor.description
         if description is None:
-            return []
+            return [], []
         # psycopg builds `description` anew on every access: read it once.
-        columns = [col[0] for col in description]
-        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        return [col[0] for col in description], cursor.fetchall()
+
+
+def _fast_timestamps(cursor: Any) -> None:
+    """Read timestamptz columns with psycopg's own (C) loader on this cursor.
+
+    Django's loader wraps it in Python to pin the time zone, which costs
+    several microseconds a value: a claim returns four per row, the biggest
+    part of a no-op job's client CPU. `to_datetime` takes either aware value.
+    """
+    from psycopg.types.datetime import TimestamptzLoader
+
+    cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
 
 
 def run_each(using: str, statements: Iterable[Statement]) -> list[dict[str, Any]]:
@@ -129,9 +153,12 @@ def dump_json(value: Any) -> str | None:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
+_JSON_TEXT = (str, bytes, bytearray)
+
+
 def load_json(value: Any) -> Any:
     """Decode a JSON column read through a raw cursor."""
-    if isinstance(value, str | bytes | bytearray):
+    if isinstance(value, _JSON_TEXT):
         return json.loads(value)
     return value
 
@@ -146,7 +173,9 @@ def to_datetime(value: Any) -> datetime | None:
             raise ValueError(f"unparseable timestamp {value!r}")
         value = parsed
     if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
+        return value.replace(tzinfo=UTC)
+    if value.tzinfo is not UTC:  # a session time zone other than UTC
+        return value.astimezone(UTC)
     return value
 
 

@@ -25,7 +25,7 @@ from ..states import WorkItemStatus
 from .candidates import locked_candidates, plain_candidates, where
 from .dialect import Dialect
 from .limits import Limits, limited_candidates
-from .runner import Statement
+from .runner import Statement, dump_json
 from .terms import ClaimFilters, LeaseTerms
 
 PENDING = f"'{WorkItemStatus.PENDING.value}'"
@@ -33,7 +33,8 @@ IN_PROGRESS = f"'{WorkItemStatus.IN_PROGRESS.value}'"
 COMPLETED = f"'{WorkItemStatus.COMPLETED.value}'"
 FAILED = f"'{WorkItemStatus.FAILED.value}'"
 
-# What a claim returns: everything a `Lease` carries.
+# What a claim returns: everything a `Lease` carries, in its field order (the
+# holder aside); `lease_from_row` reads them by position.
 LEASE_COLUMNS = (
     "work_item_id",
     "task_id",
@@ -191,7 +192,10 @@ def _completed_set(d: Dialect, output: str) -> str:
 
 
 def complete_batch_postgres(d: Dialect) -> str:
-    """PostgreSQL: complete held leases given as (ids, tokens, outputs) arrays and the holder.
+    """PostgreSQL: complete held leases given as a JSON list of [id, token, output] and the holder.
+
+    One JSON text, not three arrays: the driver quotes it in C, where it
+    would dump arrays element by element in Python.
 
     Fenced per row; returns the (id, token) of each item it completed. An
     item something depends on is left alone (`NOT has_dependents`): its
@@ -200,7 +204,10 @@ def complete_batch_postgres(d: Dialect) -> str:
     """
     return f"""
         UPDATE work_items AS w SET {_completed_set(d, "v.output::jsonb")}
-        FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS v(id, token, output)
+        FROM (
+            SELECT e->>0 AS id, (e->>1)::bigint AS token, e->>2 AS output
+            FROM json_array_elements(%s::json) AS e
+        ) AS v
         WHERE w.work_item_id = v.id AND {fence("w", token="v.token")} AND NOT w.has_dependents
         RETURNING w.work_item_id, w.lease_token, w.queue_name, w.work_type
     """
@@ -208,8 +215,7 @@ def complete_batch_postgres(d: Dialect) -> str:
 
 def complete_batch(d: Dialect, holder: str, done: list[tuple[str, int, str | None]]) -> Statement:
     """PostgreSQL: complete many (id, token, output JSON) in one statement."""
-    ids, tokens, outputs = (list(column) for column in zip(*done, strict=True))
-    return complete_batch_postgres(d), [ids, tokens, outputs, holder]
+    return complete_batch_postgres(d), [dump_json(done), holder]
 
 
 def complete_one(
@@ -251,9 +257,9 @@ def complete_and_claim(
     )
     sql = f"""
         WITH done AS ({complete_batch_postgres(d)}), {ctes}
-        SELECT 'claimed' AS kind, {", ".join(LEASE_COLUMNS)} FROM claimed
+        SELECT {", ".join(LEASE_COLUMNS)}, 'claimed' AS kind FROM claimed
         UNION ALL
-        SELECT 'done', {done_columns} FROM done
+        SELECT {done_columns}, 'done' FROM done
     """
     _, done_params = complete_batch(d, holder, done)
     return d.in_claim_order(sql), [*done_params, *claim_params]

@@ -70,7 +70,13 @@ class Dispatcher:
         self._avg_run_seconds = elapsed if average is None else 0.8 * average + 0.2 * elapsed
         with self._lock:
             self._finished.append((slot, output_json))
-        self.wake()
+            finished = len(self._finished)
+        # Wake the dispatcher only when a round trip is worth it: waking it for
+        # every result costs more than the handler of a quick item. `<=`: the
+        # executor that just finished takes the next queued slot now, so one
+        # queued slot left means the executors are about to run dry.
+        if self._worth_it(finished, self.pool.backlog() - 1):
+            self.wake()
 
     def finished_count(self) -> int:
         with self._lock:
@@ -78,9 +84,11 @@ class Dispatcher:
 
     def worth_a_round_trip(self) -> bool:
         """Finished results wait, and executors are about to run dry or a full batch piled up."""
-        finished = self.finished_count()
+        return self._worth_it(self.finished_count(), self.pool.backlog())
+
+    def _worth_it(self, finished: int, backlog: int) -> bool:
         return bool(finished) and (
-            self.pool.backlog() < self.config.concurrency or finished >= max(1, self.prefetch())
+            backlog < self.config.concurrency or finished >= max(1, self.prefetch())
         )
 
     # --- the round trip ------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 from typing import Any
 
@@ -120,6 +121,11 @@ class Command(LeasingCommand):
         except (InvalidInput, LeasingConfigurationError) as exc:
             raise CommandError(str(exc)) from exc
         self.run_leasing_checks()
+        # What start-up loaded (Django, the app registry, handlers) lives as
+        # long as the process: keep it out of the collector's full passes,
+        # which a busy worker's many short-lived objects would otherwise
+        # trigger over and over.
+        gc.freeze()
         worker.install_signal_handlers()
         try:
             summary = worker.run()

@@ -1,0 +1,135 @@
+"""The claim/complete hot path reads rows by position and passes batches as JSON.
+
+A claimed row becomes a `Lease` by position (`sql.LEASE_COLUMNS`), its
+timestamps through psycopg's own loader, and a batch of finished items
+reaches PostgreSQL as one JSON text: each shortcut must give exactly what
+the column holds.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from leasing import LeaseManager, enqueue, enqueue_many
+from leasing.models import WorkItem
+from leasing.services.held import Lease, lease_from_row
+from leasing.sql.work_items import LEASE_COLUMNS
+from leasing.worker import WorkerOptions, WorkerRuntime
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Lease field -> the claimed column it comes from (worker_id is the claimer's own).
+FIELD_COLUMN = {
+    "work_item_id": "work_item_id",
+    "task_id": "task_id",
+    "work_type": "work_type",
+    "queue_name": "queue_name",
+    "priority": "priority",
+    "input_data": "input_data",
+    "token": "lease_token",
+    "acquired_at": "lease_acquired_at",
+    "expires_at": "lease_expires_at",
+    "deadline_at": "lease_deadline_at",
+    "retry_count": "retry_count",
+    "max_retries": "max_retries",
+    "interruptions": "interruptions",
+    "created_at": "created_at",
+}
+
+
+def test_every_lease_field_is_read_from_its_own_column_position():
+    assert [f for f in Lease._fields if f != "worker_id"] == list(FIELD_COLUMN)
+    assert tuple(FIELD_COLUMN.values()) == LEASE_COLUMNS
+    # A distinct value per column: a shifted position shows as a wrong value.
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    expected = {}
+    for i, column in enumerate(LEASE_COLUMNS):
+        if column.endswith("_at"):
+            expected[column] = base + timedelta(days=i)
+        elif column in ("priority", "lease_token", "retry_count", "max_retries", "interruptions"):
+            expected[column] = 100 + i
+        elif column == "input_data":
+            expected[column] = {"column": i}
+        else:
+            expected[column] = f"value {i}"
+    row = tuple(
+        json.dumps(expected[c]) if c == "input_data" else expected[c] for c in LEASE_COLUMNS
+    )
+    lease = lease_from_row(row, "the-worker")
+    for field, column in FIELD_COLUMN.items():
+        assert getattr(lease, field) == expected[column], field
+    assert lease.worker_id == "the-worker"
+
+
+def test_a_claimed_lease_holds_what_the_row_holds():
+    enqueue("t1", "test.echo", input_data={"n": 1}, priority=7, queue_name="q1", max_retries=5)
+    lease = LeaseManager("w1").acquire_lease(60)
+    assert lease is not None
+    row = WorkItem.objects.get(pk=lease.work_item_id)
+    assert (lease.task_id, lease.work_type, lease.queue_name, lease.priority) == (
+        "t1",
+        "test.echo",
+        "q1",
+        7,
+    )
+    assert lease.input_data == {"n": 1}
+    assert (lease.token, lease.retry_count, lease.max_retries, lease.interruptions) == (
+        row.lease_token,
+        row.retry_count,
+        5,
+        row.interruptions,
+    )
+    assert lease.acquired_at == row.lease_acquired_at
+    assert lease.expires_at == row.lease_expires_at
+    assert lease.deadline_at == row.lease_deadline_at
+    assert lease.created_at == row.created_at
+    assert all(
+        t.tzinfo is UTC
+        for t in (lease.acquired_at, lease.expires_at, lease.deadline_at, lease.created_at)
+    )
+
+
+@pytest.mark.postgres
+def test_lease_times_are_utc_instants_whatever_the_session_time_zone():
+    enqueue("t1", "test.echo")
+    with connection.cursor() as cursor:
+        cursor.execute("SET TIME ZONE 'Asia/Tokyo'")
+    try:
+        lease = LeaseManager("w1").acquire_lease(60)
+    finally:
+        connection.close()  # the next test gets a connection in UTC again
+    assert lease is not None
+    row = WorkItem.objects.get(pk=lease.work_item_id)
+    assert lease.acquired_at.tzinfo is UTC
+    assert lease.acquired_at == row.lease_acquired_at
+    assert (lease.expires_at - lease.acquired_at).total_seconds() == pytest.approx(60)
+
+
+ODD_TEXTS = [
+    'quote " and backslash \\',
+    "comma, {braces}, [brackets]",
+    "unicode: \u00e9\u4e2d\U0001f600",
+    "NULL",
+    "",
+    "'single' ; DROP TABLE work_items; --",
+]
+
+
+@pytest.mark.postgres
+def test_a_batch_completion_stores_each_output_exactly():
+    items = enqueue_many(
+        [
+            {"task_id": f"t{i}", "work_type": "test.echo", "input_data": text}
+            for i, text in enumerate(ODD_TEXTS * 5)
+        ]
+    )
+    summary = WorkerRuntime(WorkerOptions(concurrency=2, burst=True, poll_interval=0.05)).run()
+    assert summary.completed == len(items)
+    for item in items:
+        row = WorkItem.objects.get(pk=item.pk)
+        assert row.status == "completed"
+        assert row.output_data == {"echo": item.input_data, "attempt": 1}
