@@ -19,8 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def slots_for(leases, duration: float) -> SlotTable:
     table = SlotTable()
-    for lease in leases:
-        table.add(Slot(lease, registry.get("test.noop"), duration))
+    table.add_all([Slot(lease, registry.get("test.noop"), duration) for lease in leases])
     return table
 
 

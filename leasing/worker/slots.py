@@ -82,9 +82,11 @@ class SlotTable:
         with self._lock:
             return iter(list(self._slots.values()))
 
-    def add(self, slot: Slot) -> None:
+    def add_all(self, slots: list[Slot]) -> None:
+        """Add a claimed batch under one acquisition of the lock."""
         with self._lock:
-            self._slots[slot.key] = slot
+            for slot in slots:
+                self._slots[slot.key] = slot
 
     def get(self, key: LeaseKey) -> Slot | None:
         with self._lock:
