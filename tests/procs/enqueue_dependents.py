@@ -4,7 +4,8 @@
 
 Picks 1-3 random items among those whose task id starts with `parent-` (and,
 every fifth time, one of its own earlier dependents, so chains form) and
-enqueues a dependent of them, until COUNT are enqueued. It starts once GATE
+enqueues a dependent of them (`test.after_dependencies`, which reports any
+dependency not completed when it runs), until COUNT are enqueued. It starts once GATE
 parents have ended (completed or failed): a gate on the workers' progress, not
 on the wall clock, so the race happens however slowly the processes start. With `wait`, every
 other dependent chooses on_dependency_failure="wait". Prints one JSON line.
@@ -52,7 +53,7 @@ def main() -> None:
         policy = "wait" if waiting and i % 2 else "fail"
         item = enqueue(
             f"{name}-{i}",
-            "test.noop",
+            "test.after_dependencies",
             depends_on=deps,
             on_dependency_failure=policy,
         )

@@ -29,6 +29,20 @@ def noop(ctx: WorkContext) -> None:
     return None
 
 
+@handler("test.after_dependencies")
+def after_dependencies(ctx: WorkContext) -> Any:
+    """Reports how many of its item's dependencies had not completed when it ran (0)."""
+    from leasing.models import WorkItem
+
+    record(ctx)
+    unfinished = (
+        WorkItem.objects.filter(dependent_links__dependent_id=ctx.lease.work_item_id)
+        .exclude(status="completed")
+        .count()
+    )
+    return {"unfinished_dependencies": unfinished}
+
+
 @handler("test.echo")
 def echo(ctx: WorkContext) -> Any:
     record(ctx)
