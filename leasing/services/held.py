@@ -77,6 +77,9 @@ class ReleaseOutcome:
         return self.status == WorkItemStatus.PENDING
 
 
+_LEASE_WIDTH = len(sql.LEASE_COLUMNS)  # a row may carry more columns after them
+
+
 def lease_from_row(row: Sequence[Any], worker_id: str) -> Lease:
     """A claimed row (`sql.LEASE_COLUMNS`, in that order) as a `Lease`."""
     # By position, not by name: this runs once per claimed item.
@@ -95,7 +98,7 @@ def lease_from_row(row: Sequence[Any], worker_id: str) -> Lease:
         max_retries,
         interruptions,
         created_at,
-    ) = row[:14]
+    ) = row[:_LEASE_WIDTH]
     return Lease(
         item_id,
         task_id,

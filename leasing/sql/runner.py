@@ -52,13 +52,14 @@ def run_rows(using: str, statement: Statement) -> tuple[list[str], list[tuple[An
     """
     sql, params = statement
     connection = connections[using]
+    postgres = connection.vendor == "postgresql"
     with translate_db_errors(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if postgres:
             _fast_timestamps(cursor.cursor)
         cursor.execute(sql, params)
         # A statement with planner settings around it returns several result
         # sets (Dialect.in_claim_order): the rows are the one with columns.
-        if cursor.description is None and connection.vendor == "postgresql":
+        if cursor.description is None and postgres:
             while cursor.description is None and cursor.nextset():
                 pass
         description = cursor.description

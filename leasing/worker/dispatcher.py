@@ -75,9 +75,9 @@ class Dispatcher:
             self._finished.append((slot, output_json))
             finished = len(self._finished)
         # Wake the dispatcher only when a round trip is worth it: waking it for
-        # every result costs more than the handler of a quick item. `<=`: the
-        # executor that just finished takes the next queued slot now, so one
-        # queued slot left means the executors are about to run dry.
+        # every result costs more than the handler of a quick item. The executor
+        # that just finished takes the next queued slot now, so count the queue
+        # without it: one queued slot left means the executors are about to run dry.
         if self._worth_it(finished, self.pool.backlog() - 1):
             self.wake()
 
