@@ -209,3 +209,61 @@ def test_a_deadlocked_complete_and_acquire_changes_nothing_and_runs_again(make_i
     done, leases = complete_and_claim_items(manager, [(held_lease, None)], 1, terms, filters)
     assert (done.completed, done.lost) == ((held_lease,), ())
     assert [lease.work_item_id for lease in leases] == [waiting.pk]
+
+
+@pytest.mark.postgres
+def test_a_renewal_skips_a_row_another_transaction_holds_and_waits_for_none(make_items):
+    """A renewal never waits on one lease's row while it holds the rest of its batch.
+
+    A worker's completion of finished items locks their rows while its renewer
+    renews a batch holding some of them; a renewal that waited there, holding
+    the others, made a lock cycle with a completion taking them in another
+    order (a second for the deadlock detector, then a failed renewal round).
+    The locked lease is now skipped: neither renewed nor lost, still held, and
+    renewed by the next round.
+    """
+    import threading
+
+    import psycopg
+    from django.db import connections
+
+    from tests.conftest import database_url
+
+    free, locked = make_items(2)
+    manager = LeaseManager("renewer")
+    assert {lease.work_item_id for lease in manager.acquire_leases(2, 60)} == {free.pk, locked.pk}
+    before = dict(WorkItem.objects.values_list("pk", "lease_expires_at"))
+    other = psycopg.connect(database_url())
+    outcome: dict[str, object] = {}
+
+    def renew() -> None:
+        try:
+            outcome["result"] = manager.renew_leases(lease_duration_seconds=600)
+        except Exception as exc:
+            outcome["error"] = exc
+        finally:
+            connections.close_all()
+
+    try:
+        other.execute("SET lock_timeout = '2s'")
+        # Holds the row's lock, as a completion being written does.
+        other.execute("SELECT 1 FROM work_items WHERE work_item_id = %s FOR UPDATE", [locked.pk])
+        thread = threading.Thread(target=renew)
+        thread.start()
+        thread.join(5)
+        waited = thread.is_alive()
+        # The completion's next row: the renewal holds no lock on it any more.
+        other.execute("SELECT 1 FROM work_items WHERE work_item_id = %s FOR UPDATE", [free.pk])
+    finally:
+        other.rollback()
+        other.close()
+    thread.join(10)
+
+    assert not waited, "the renewal waited for the locked row"
+    assert outcome.get("result") == ({free.pk}, set()), outcome
+    after = dict(WorkItem.objects.values_list("pk", "lease_expires_at"))
+    assert after[free.pk] > before[free.pk]
+    assert after[locked.pk] == before[locked.pk]
+    assert {lease.work_item_id for lease in manager.held_leases()} == {free.pk, locked.pk}
+    # Once the lock is gone, the next round renews it.
+    assert manager.renew_leases(lease_duration_seconds=600) == ({free.pk, locked.pk}, set())

@@ -212,7 +212,9 @@ class LeaseManager:
         """Renew held leases (all of them by default) in one statement; `(renewed, lost)` ids.
 
         With `extend_below`, a lease with more than that many seconds left keeps
-        its expiry and only records the heartbeat (a HOT-eligible update).
+        its expiry and only records the heartbeat (a HOT-eligible update). A
+        lease whose row another transaction holds locked is in neither set (see
+        `renew`).
         """
         duration = claim_terms(lease_duration_seconds).duration
         below = duration if extend_below is None else extend_below
@@ -232,21 +234,33 @@ class LeaseManager:
         """Renew these leases (validated by the caller); returns `(renewed, lost)` keys.
 
         Lost leases (expired, past their deadline, or moved on) are forgotten.
+        On PostgreSQL a lease whose row another transaction has locked at that
+        moment (its completion being written, a checkpoint) is in neither set:
+        it is still held, and the next renewal takes it.
         """
         d = Dialect(self.using)
         renewed: dict[LeaseKey, datetime | None] = {}
+        lost: set[LeaseKey] = set()
         for start in range(0, len(requested), MAX_BATCH):
             chunk = list(requested[start : start + MAX_BATCH])
             if d.is_postgres:
                 rows = run(self.using, renewals.renew_batch_postgres(d, self.worker_id, chunk))
-            else:
+            else:  # one writer at a time: every lease not renewed is lost
                 rows = run_each(
                     self.using, (renewals.renew_lazily(d, self.worker_id, r) for r in chunk)
                 )
+                done = {(row["work_item_id"], row["lease_token"]) for row in rows}
+                rows += [
+                    {"work_item_id": r.work_item_id, "lease_token": r.token, "lost": True}
+                    for r in chunk
+                    if (r.work_item_id, r.token) not in done
+                ]
             for row in rows:
                 key = (row["work_item_id"], row["lease_token"])
-                renewed[key] = to_datetime(row["lease_expires_at"])
-        lost = {(r.work_item_id, r.token) for r in requested} - set(renewed)
+                if row.get("lost"):
+                    lost.add(key)
+                else:
+                    renewed[key] = to_datetime(row["lease_expires_at"])
         self._renewed(renewed)
         self.held.discard(lost)
         return set(renewed), lost
