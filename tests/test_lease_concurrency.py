@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -107,23 +109,32 @@ def test_leases_expire_by_the_database_clock_not_the_process_clock(make_items, s
 
 def test_eight_runworker_processes_run_every_item_exactly_once(make_items, spawn, tmp_path):
     # The real worker: batched claims with prefetch, batched fenced completions.
+    from django.db import connection
+
     from leasing import enqueue_many
 
     record = tmp_path / "runs.txt"
     items = enqueue_many([{"task_id": f"t{i}", "work_type": "test.noop"} for i in range(2000)])
-    procs = [
-        spawn(
-            "manage.py",
-            "runworker",
-            "--burst",
-            "--poll-interval",
-            "0.05",
-            "--work-type",
-            "test.noop",
-            env={"LEASING_TEST_RECORD": str(record), "LEASING_LOG_LEVEL": "WARNING"},
-        )
-        for _ in range(8)
-    ]
+
+    def start() -> list[subprocess.Popen[str]]:
+        return [
+            spawn(
+                "manage.py",
+                "runworker",
+                "--burst",
+                "--poll-interval",
+                "0.05",
+                "--work-type",
+                "test.noop",
+                env={"LEASING_TEST_RECORD": str(record), "LEASING_LOG_LEVEL": "WARNING"},
+            )
+            for _ in range(8)
+        ]
+
+    # On PostgreSQL behind a gate: the table refuses writes until all eight
+    # wait on their first claim, so one process cannot drain it while the
+    # others are still starting up (it did, on a slow host).
+    procs = _behind_a_gate(start) if connection.vendor == "postgresql" else start()
     for proc in procs:
         _out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
@@ -134,6 +145,34 @@ def test_eight_runworker_processes_run_every_item_exactly_once(make_items, spawn
     assert set(WorkItem.objects.values_list("lease_token", flat=True)) == {1}
     workers = {line.split()[3] for line in record.read_text().splitlines()}
     assert len(workers) >= 2
+
+
+def _behind_a_gate(start: Callable[[], list[subprocess.Popen[str]]]) -> list[subprocess.Popen[str]]:
+    """PostgreSQL: start processes while `work_items` refuses writes; open it once all wait."""
+    import psycopg
+
+    from tests.conftest import database_url
+
+    gate = psycopg.connect(database_url())
+    try:
+        gate.execute("LOCK TABLE work_items IN EXCLUSIVE MODE")
+        procs = start()
+        deadline = time.monotonic() + 120
+        while True:
+            # Activity is read once per transaction unless the snapshot is cleared.
+            gate.execute("SELECT pg_stat_clear_snapshot()")
+            row = gate.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            ).fetchone()
+            if row is not None and row[0] >= len(procs):
+                return procs
+            assert time.monotonic() < deadline, "the processes never reached their first claim"
+            assert all(proc.poll() is None for proc in procs), "a process exited before its claim"
+            time.sleep(0.05)
+    finally:
+        gate.commit()
+        gate.close()
 
 
 @pytest.mark.postgres
