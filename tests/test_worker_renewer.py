@@ -69,3 +69,49 @@ def test_a_run_whose_executor_died_is_not_renewed(make_items):
     renewer = LeaseRenewer(manager, table, interval_seconds=10, on_lease_lost=lambda *a: None)
     assert renewer.tracked() == [running]
     assert orphan.state is SlotState.RUNNING
+
+
+@pytest.mark.postgres
+def test_a_lease_whose_row_another_transaction_holds_is_skipped_and_named_when_at_risk(
+    make_items, caplog
+):
+    """Skipped, not lost; once half its lease went unrenewed the round says why."""
+    import time
+
+    import psycopg
+    from django.db import connections
+
+    from tests.conftest import database_url
+
+    make_items(2, work_type="test.noop")
+    manager = LeaseManager("renewer")
+    leases = manager.acquire_leases(2, lease_duration_seconds=60)
+    table = slots_for(leases, 60.0)
+    free, held = list(table)
+    for slot in (free, held):
+        slot.renewed_at = time.monotonic() - 40  # over half of the 60 s lease ago
+    before = WorkItem.objects.get(pk=held.lease.id).heartbeat_at
+    lost: list[tuple[str, int]] = []
+    renewer = LeaseRenewer(
+        manager, table, interval_seconds=10, on_lease_lost=lambda slot, exc: lost.append(slot.key)
+    )
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SET lock_timeout = '5s'")  # a renewal that waited fails, not hangs
+    other = psycopg.connect(database_url())
+    try:
+        # A handler's transaction open around its checkpoint holds this lock.
+        other.execute("SELECT 1 FROM work_items WHERE work_item_id = %s FOR SHARE", [held.lease.id])
+        with caplog.at_level("WARNING", logger="leasing.worker"):
+            renewer.renew_now()
+    finally:
+        other.rollback()
+        other.close()
+        connections.close_all()
+
+    assert lost == []
+    assert time.monotonic() - free.renewed_at < 5
+    assert time.monotonic() - held.renewed_at > 30
+    assert WorkItem.objects.get(pk=held.lease.id).heartbeat_at == before
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and held.lease.work_item_id in warnings[0], warnings
+    assert "another transaction holds its row" in warnings[0]

@@ -96,7 +96,9 @@ class LeaseRenewer(IntervalThread):
         for slot in tracked:
             if slot.key in renewed:
                 slot.renewed_at = started
-            elif slot.key in lost:
+            elif slot.key not in lost:
+                self._skipped(slot, started)
+            else:
                 self.on_lease_lost(
                     slot,
                     LeaseExpiredError(
@@ -104,3 +106,21 @@ class LeaseRenewer(IntervalThread):
                         "expired, reached its deadline or moved on"
                     ),
                 )
+
+    def _skipped(self, slot: Slot, started: float) -> None:
+        """A lease whose row another transaction held: say so once it is at risk.
+
+        A completion being written holds it for milliseconds; a handler that
+        keeps a transaction open around its own checkpoint holds it until that
+        transaction ends, and the lease runs out meanwhile.
+        """
+        unrenewed = started - (slot.renewed_at or slot.claimed_at)
+        if unrenewed > slot.lease_duration / 2:
+            logger.warning(
+                "lease on %s (token %d) not renewed for %.0f s: another transaction holds "
+                "its row (a handler's transaction open around a checkpoint?); it runs out "
+                "if that goes on",
+                slot.lease.work_item_id,
+                slot.lease.token,
+                unrenewed,
+            )
