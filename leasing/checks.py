@@ -7,6 +7,7 @@ E004  a SQLite database holding the leasing tables lacks the options the engine 
 E005  (leasing.tasks) a TASKS backend is LeasingBackend but 'leasing' is not installed
 E006  an entry of LEASING["SCHEDULES"] is not valid (cron, time zone, keys, ...)
 E007  LEASING["READ_DATABASE"] names a database alias that DATABASES lacks
+E008  USE_TZ is False
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
@@ -113,6 +114,23 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     return messages
+
+
+@checks.register("leasing")
+def check_time_zone(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Lease times come from the database clock as aware UTC datetimes; with
+    USE_TZ off the ORM hands out naive ones, and comparing the two fails."""
+    if getattr(settings, "USE_TZ", True):
+        return []
+    return [
+        checks.Error(
+            "The leasing app needs USE_TZ = True: lease times are aware UTC datetimes "
+            "read from the database clock, and with USE_TZ = False the ORM returns naive "
+            "ones, so the console and the engine would fail comparing them.",
+            hint="Set USE_TZ = True (Django's default since 5.0).",
+            id="leasing.E008",
+        )
+    ]
 
 
 @checks.register("leasing")

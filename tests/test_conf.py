@@ -7,7 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from leasing.checks import check_database, check_settings
+from leasing.checks import check_database, check_settings, check_time_zone
 from leasing.conf import LeasingSettings, build_settings, get_settings
 from leasing.exceptions import LeasingConfigurationError
 
@@ -81,6 +81,17 @@ def test_check_warns_about_slow_recovery_and_late_loss_detection(settings):
 def test_default_settings_pass_the_checks(settings):
     settings.LEASING = {}
     assert check_settings() == []
+    assert check_time_zone() == []
+
+
+def test_check_refuses_use_tz_off(settings):
+    """With USE_TZ off the ORM's naive datetimes meet the engine's aware ones."""
+    settings.USE_TZ = False
+    [message] = check_time_zone()
+    assert message.id == "leasing.E008"
+    assert "USE_TZ = True" in message.msg and "USE_TZ = True" in message.hint
+    with pytest.raises(SystemCheckError, match=r"leasing\.E008"):
+        call_command("check")
 
 
 @pytest.mark.parametrize("debug", [False, True])
