@@ -245,22 +245,18 @@ class LeaseManager:
             chunk = list(requested[start : start + MAX_BATCH])
             if d.is_postgres:
                 rows = run(self.using, renewals.renew_batch_postgres(d, self.worker_id, chunk))
-            else:  # one writer at a time: every lease not renewed is lost
+                lost.update((r["work_item_id"], r["lease_token"]) for r in rows if r["lost"])
+                rows = [row for row in rows if not row["lost"]]
+            else:
                 rows = run_each(
                     self.using, (renewals.renew_lazily(d, self.worker_id, r) for r in chunk)
                 )
-                done = {(row["work_item_id"], row["lease_token"]) for row in rows}
-                rows += [
-                    {"work_item_id": r.work_item_id, "lease_token": r.token, "lost": True}
-                    for r in chunk
-                    if (r.work_item_id, r.token) not in done
-                ]
             for row in rows:
-                key = (row["work_item_id"], row["lease_token"])
-                if row.get("lost"):
-                    lost.add(key)
-                else:
-                    renewed[key] = to_datetime(row["lease_expires_at"])
+                renewed[(row["work_item_id"], row["lease_token"])] = to_datetime(
+                    row["lease_expires_at"]
+                )
+        if not d.is_postgres:  # one writer at a time: every lease not renewed is lost
+            lost = {(r.work_item_id, r.token) for r in requested} - set(renewed)
         self._renewed(renewed)
         self.held.discard(lost)
         return set(renewed), lost

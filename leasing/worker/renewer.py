@@ -96,9 +96,7 @@ class LeaseRenewer(IntervalThread):
         for slot in tracked:
             if slot.key in renewed:
                 slot.renewed_at = started
-            elif slot.key not in lost:
-                self._skipped(slot, started)
-            else:
+            elif slot.key in lost:
                 self.on_lease_lost(
                     slot,
                     LeaseExpiredError(
@@ -106,6 +104,8 @@ class LeaseRenewer(IntervalThread):
                         "expired, reached its deadline or moved on"
                     ),
                 )
+            else:  # its row was held by another transaction: neither renewed nor lost
+                self._skipped(slot, started)
 
     def _skipped(self, slot: Slot, started: float) -> None:
         """A lease whose row another transaction held: say so once it is at risk.
