@@ -12,11 +12,13 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from leasing import LeaseManager, enqueue, enqueue_many
 from leasing.models import WorkItem
 from leasing.services.held import Lease, lease_from_row
+from leasing.sql.dialect import CLAIM_PLANNER_OFF
+from leasing.sql.runner import run, run_rows
 from leasing.sql.work_items import LEASE_COLUMNS
 from leasing.worker import WorkerOptions, WorkerRuntime
 
@@ -133,3 +135,54 @@ def test_a_batch_completion_stores_each_output_exactly():
         row = WorkItem.objects.get(pk=item.pk)
         assert row.status == "completed"
         assert row.output_data == {"echo": item.input_data, "attempt": 1}
+
+
+def _planner_settings() -> list[str]:
+    values = []
+    with connection.cursor() as cursor:
+        for name in CLAIM_PLANNER_OFF:
+            cursor.execute(f"SHOW {name}")
+            values.append(cursor.fetchone()[0])
+    return values
+
+
+@pytest.mark.postgres
+def test_a_claim_outside_a_transaction_leaves_no_planner_setting_behind():
+    enqueue_many([{"task_id": f"t{i}", "work_type": "test.echo"} for i in range(3)])
+    before = _planner_settings()
+    assert "off" not in before
+    assert len(LeaseManager("w").acquire_leases(2, 60)) == 2
+    # Sent without the SET LOCAL ... TO DEFAULT tail: the implicit transaction
+    # of the round trip ended and took the claim's settings with it.
+    assert _planner_settings() == before
+
+
+@pytest.mark.postgres
+def test_a_claim_inside_a_transaction_restores_the_planner_settings_for_what_follows():
+    enqueue_many([{"task_id": f"t{i}", "work_type": "test.echo"} for i in range(3)])
+    before = _planner_settings()
+    with transaction.atomic():
+        assert len(LeaseManager("w").acquire_leases(2, 60)) == 2
+        assert _planner_settings() == before
+    assert _planner_settings() == before
+
+
+def test_rows_come_from_the_result_set_that_has_them_or_are_none():
+    enqueue("t1", "test.echo")
+    update = ("UPDATE work_items SET priority = priority WHERE task_id = %s", ["t1"])
+    assert run_rows("default", update) == []
+    assert run("default", update) == []
+    select = ("SELECT task_id, priority FROM work_items WHERE task_id = %s", ["t1"])
+    assert run_rows("default", select) == [("t1", 0)]
+    assert run("default", select) == [{"task_id": "t1", "priority": 0}]
+
+
+@pytest.mark.postgres
+def test_rows_after_statements_without_results_are_found():
+    enqueue("t1", "test.echo")
+    sql = (
+        "SET LOCAL jit = off; SELECT task_id FROM work_items WHERE task_id = %s; "
+        "SET LOCAL jit TO DEFAULT"
+    )
+    assert run_rows("default", (sql, ["t1"])) == [("t1",)]
+    assert run("default", (sql, ["t1"])) == [{"task_id": "t1"}]

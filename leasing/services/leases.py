@@ -55,10 +55,10 @@ def gated_run(using: str, statement: Statement, limits: Limits) -> list[tuple[An
     `leasing.sql.limits`). Without limits, or on SQLite, it is one statement.
     """
     if not limits or not Dialect(using).is_postgres:
-        return run_rows(using, statement)[1]
+        return run_rows(using, statement)
     with translate_db_errors(), transaction.atomic(using=using):
         run(using, lock_statement(limits))
-        return run_rows(using, statement)[1]
+        return run_rows(using, statement)
 
 
 class LeaseManager:

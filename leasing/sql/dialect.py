@@ -99,7 +99,10 @@ class Dialect:
         of walking the claim index in order and stopping after the batch.
         Sorts and bitmap scans are switched off for this statement only
         (`SET LOCAL` in the same round trip: one implicit transaction, no
-        session state, safe behind a transaction pooler), then restored.
+        session state, safe behind a transaction pooler). In a transaction
+        of the caller's they are restored after the statement; otherwise the
+        implicit transaction ends with it and takes them along, and three
+        more statements would only cost the round trip time.
         So is JIT compilation: a switched-off plan node still costs its
         "disable cost" (10^10) when nothing else can do its work (the sort of
         a per-type branched claim, `sql.candidates`), which lifts the plan's
@@ -110,8 +113,15 @@ class Dialect:
         if not self.is_postgres or self._server_side_binding():
             return statement
         switch_off = " ".join(f"SET LOCAL {name} = off;" for name in CLAIM_PLANNER_OFF)
+        if not self._in_transaction():
+            return f"{switch_off} {statement}"
         restore = "; ".join(f"SET LOCAL {name} TO DEFAULT" for name in CLAIM_PLANNER_OFF)
         return f"{switch_off} {statement}; {restore}"
+
+    def _in_transaction(self) -> bool:
+        """The statement runs inside a transaction that goes on after it."""
+        connection = connections[self.using]
+        return connection.in_atomic_block or not connection.get_autocommit()
 
     def _server_side_binding(self) -> bool:
         options = connections[self.using].settings_dict.get("OPTIONS") or {}

@@ -40,16 +40,32 @@ _SQLITE_BUSY = ("database is locked", "database table is locked", "database is b
 
 def run(using: str, statement: Statement) -> list[dict[str, Any]]:
     """Execute one statement and return its rows as dicts."""
-    columns, rows = run_rows(using, statement)
-    return [dict(zip(columns, row, strict=True)) for row in rows]
+    with _executed(using, statement) as cursor:
+        # psycopg builds `description` anew on every access: read it once.
+        description = cursor.description
+        if description is None:
+            return []
+        columns = [col[0] for col in description]
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
 
-def run_rows(using: str, statement: Statement) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Execute one statement; returns its column names and its rows as tuples.
+def run_rows(using: str, statement: Statement) -> list[tuple[Any, ...]]:
+    """Execute one statement; returns its rows as tuples, for callers that read by position.
 
-    For the claim's hot path, which reads rows by position: a dict a row
-    costs more than the rest of a no-op item's claim.
+    The claim's hot path: a dict a row costs more than the rest of a no-op
+    item's claim, and on PostgreSQL the column names are never even built
+    (psycopg makes an object per column each time it is asked for them).
     """
+    with _executed(using, statement) as cursor:
+        raw = cursor.cursor
+        if _postgres_cursor(raw):
+            return raw.fetchall() if _has_rows(raw) else []
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+@contextlib.contextmanager
+def _executed(using: str, statement: Statement) -> Iterator[Any]:
+    """A cursor that has run `statement` and stands on its result set with rows, if any."""
     sql, params = statement
     connection = connections[using]
     postgres = connection.vendor == "postgresql"
@@ -57,16 +73,27 @@ def run_rows(using: str, statement: Statement) -> tuple[list[str], list[tuple[An
         if postgres:
             _fast_timestamps(cursor.cursor)
         cursor.execute(sql, params)
-        # A statement with planner settings around it returns several result
-        # sets (Dialect.in_claim_order): the rows are the one with columns.
-        if cursor.description is None and postgres:
-            while cursor.description is None and cursor.nextset():
+        if postgres:
+            # A statement with planner settings before it returns several
+            # result sets (Dialect.in_claim_order): its rows are the first
+            # set that has any.
+            raw = cursor.cursor
+            while not _has_rows(raw) and raw.nextset():
                 pass
-        description = cursor.description
-        if description is None:
-            return [], []
-        # psycopg builds `description` anew on every access: read it once.
-        return [col[0] for col in description], cursor.fetchall()
+        yield cursor
+
+
+def _postgres_cursor(cursor: Any) -> bool:
+    return hasattr(cursor, "pgresult")
+
+
+def _has_rows(cursor: Any) -> bool:
+    """The psycopg cursor's current result set returns rows (what `description` tells,
+    without building it)."""
+    from psycopg import pq
+
+    result = cursor.pgresult
+    return result is not None and (result.nfields > 0 or result.status == pq.ExecStatus.TUPLES_OK)
 
 
 def _fast_timestamps(cursor: Any) -> None:
