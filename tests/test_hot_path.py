@@ -15,6 +15,7 @@ import pytest
 from django.db import connection, transaction
 
 from leasing import LeaseManager, enqueue, enqueue_many
+from leasing.exceptions import DatabaseUnavailable
 from leasing.models import WorkItem
 from leasing.services.held import Lease, lease_from_row
 from leasing.sql.dialect import CLAIM_PLANNER_OFF
@@ -186,3 +187,18 @@ def test_rows_after_statements_without_results_are_found():
     )
     assert run_rows("default", (sql, ["t1"])) == [("t1",)]
     assert run("default", (sql, ["t1"])) == [{"task_id": "t1"}]
+
+
+@pytest.mark.postgres
+def test_a_claim_while_the_database_is_down_reports_it_unavailable(monkeypatch):
+    # Building the claim must not connect on its own: a refused connection is
+    # the runner's to report as an outage (the worker reconnects), never a
+    # bare driver error (the worker would exit).
+    connection.close()
+    monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
+    monkeypatch.setitem(connection.settings_dict, "PORT", "1")  # nothing listens there
+    try:
+        with pytest.raises(DatabaseUnavailable):
+            LeaseManager("w").acquire_leases(1, 60)
+    finally:
+        connection.close()

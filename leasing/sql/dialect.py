@@ -119,9 +119,17 @@ class Dialect:
         return f"{switch_off} {statement}; {restore}"
 
     def _in_transaction(self) -> bool:
-        """The statement runs inside a transaction that goes on after it."""
+        """The statement runs inside a transaction that goes on after it.
+
+        Read without connecting (`get_autocommit()` would): a database that
+        is down must fail the statement, where the runner reports an outage.
+        """
         connection = connections[self.using]
-        return connection.in_atomic_block or not connection.get_autocommit()
+        if connection.in_atomic_block:
+            return True
+        if connection.connection is None:  # it connects with the configured mode
+            return not connection.settings_dict.get("AUTOCOMMIT", True)
+        return not connection.autocommit
 
     def _server_side_binding(self) -> bool:
         options = connections[self.using].settings_dict.get("OPTIONS") or {}

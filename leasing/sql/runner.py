@@ -58,9 +58,10 @@ def run_rows(using: str, statement: Statement) -> list[tuple[Any, ...]]:
     """
     with _executed(using, statement) as cursor:
         raw = cursor.cursor
-        if _postgres_cursor(raw):
-            return raw.fetchall() if _has_rows(raw) else []
-        return cursor.fetchall() if cursor.description is not None else []
+        rows = _has_rows(raw) if _postgres_cursor(raw) else cursor.description is not None
+        # Through Django's wrapper, which turns driver errors into Django's
+        # (translate_db_errors tells an outage by them).
+        return cursor.fetchall() if rows else []
 
 
 @contextlib.contextmanager
@@ -78,7 +79,7 @@ def _executed(using: str, statement: Statement) -> Iterator[Any]:
             # result sets (Dialect.in_claim_order): its rows are the first
             # set that has any.
             raw = cursor.cursor
-            while not _has_rows(raw) and raw.nextset():
+            while not _has_rows(raw) and cursor.nextset():
                 pass
         yield cursor
 
