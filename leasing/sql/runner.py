@@ -57,11 +57,9 @@ def run_rows(using: str, statement: Statement) -> list[tuple[Any, ...]]:
     (psycopg makes an object per column each time it is asked for them).
     """
     with _executed(using, statement) as cursor:
-        raw = cursor.cursor
-        rows = _has_rows(raw) if _postgres_cursor(raw) else cursor.description is not None
         # Through Django's wrapper, which turns driver errors into Django's
         # (translate_db_errors tells an outage by them).
-        return cursor.fetchall() if rows else []
+        return cursor.fetchall() if _has_rows(cursor) else []
 
 
 @contextlib.contextmanager
@@ -78,22 +76,19 @@ def _executed(using: str, statement: Statement) -> Iterator[Any]:
             # A statement with planner settings before it returns several
             # result sets (Dialect.in_claim_order): its rows are the first
             # set that has any.
-            raw = cursor.cursor
-            while not _has_rows(raw) and cursor.nextset():
+            while not _has_rows(cursor) and cursor.nextset():
                 pass
         yield cursor
 
 
-def _postgres_cursor(cursor: Any) -> bool:
-    return hasattr(cursor, "pgresult")
-
-
 def _has_rows(cursor: Any) -> bool:
-    """The psycopg cursor's current result set returns rows (what `description` tells,
-    without building it)."""
+    """The current result set returns rows: what `description` tells, without
+    building it on PostgreSQL (psycopg makes an object per column)."""
+    if cursor.db.vendor != "postgresql":
+        return cursor.description is not None
     from psycopg import pq
 
-    result = cursor.pgresult
+    result = cursor.cursor.pgresult
     return result is not None and (result.nfields > 0 or result.status == pq.ExecStatus.TUPLES_OK)
 
 
