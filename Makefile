@@ -45,6 +45,7 @@ venv-django60: $(VENV60)/.installed
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) manage.py makemigrations --check --dry-run
 
 test-sqlite: venv

@@ -45,7 +45,7 @@ ITEMS = 400
 CHECKPOINTS_PER_ITEM = 3
 PASSWORD = "new-user-test-pw-1"
 
-HANDLERS = '''\
+HANDLERS = """\
 from leasing import handler
 
 
@@ -54,9 +54,9 @@ def three_checkpoints(ctx):
     for step in range(3):
         ctx.checkpoint("iteration_end", {"step": step + 1, "n": ctx.input["n"]})
     return {"n": ctx.input["n"], "steps": 3}
-'''
+"""
 
-ENQUEUE = f'''\
+ENQUEUE = f"""\
 from leasing import enqueue_many
 
 enqueue_many(
@@ -64,16 +64,16 @@ enqueue_many(
       "input_data": {{"n": n}}}}
     for n in range({ITEMS})
 )
-'''
+"""
 
-COUNT = '''\
+COUNT = """\
 import json
 from leasing.models import Checkpoint, WorkItem
 statuses = {s: WorkItem.objects.filter(status=s).count()
             for s in ("pending", "in_progress", "completed", "failed")}
 iteration_ends = Checkpoint.objects.filter(checkpoint_type="iteration_end").count()
 print(json.dumps({"statuses": statuses, "iteration_ends": iteration_ends}))
-'''
+"""
 
 
 class Failed(Exception):
@@ -88,9 +88,7 @@ def step(message: str) -> None:
 
 
 def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600):
-    proc = subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise Failed(
             f"`{' '.join(map(str, args))}` exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
@@ -163,16 +161,28 @@ def make_venv(work: Path, wheel: Path, extras: str) -> Path:
     # The dependencies come from the wheelhouse, filled from the package index
     # the first time (and again whenever it lacks something).
     offline = [
-        sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-        "--no-compile", "--no-index", "--find-links", str(wheelhouse), requirement,
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(python),
+        "install",
+        "-q",
+        "--no-compile",
+        "--no-index",
+        "--find-links",
+        str(wheelhouse),
+        requirement,
     ]
     quiet = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
     try:
         run(offline, cwd=work, env=quiet)
     except Failed:
         wheelhouse.mkdir(parents=True, exist_ok=True)
-        run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheelhouse), requirement],
-            cwd=work)
+        run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheelhouse), requirement],
+            cwd=work,
+        )
         # Only the dependencies belong there: each run builds the app afresh.
         for stale in wheelhouse.glob("django_leasing-*.whl"):
             stale.unlink()
@@ -247,15 +257,27 @@ def free_port() -> int:
 
 def fetch_pages(site: Path, python: Path, env: dict[str, str]) -> None:
     run(
-        [str(python), "manage.py", "createsuperuser", "--noinput",
-         "--username", "admin", "--email", "admin@example.com"],
+        [
+            str(python),
+            "manage.py",
+            "createsuperuser",
+            "--noinput",
+            "--username",
+            "admin",
+            "--email",
+            "admin@example.com",
+        ],
         cwd=site,
         env={**env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD},
     )
     port = free_port()
     server = subprocess.Popen(
         [str(python), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-        cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=site,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         wait_port(port, server)
@@ -321,7 +343,11 @@ def drive(work: Path, database: str, database_url: str | None) -> None:
     workers = [
         subprocess.Popen(
             [*manage, "runworker", "--burst", "--concurrency", "8"],
-            cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=site,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
     ]
@@ -344,8 +370,10 @@ def drive(work: Path, database: str, database_url: str | None) -> None:
 
     counted = run([*manage, "shell", "-c", COUNT], cwd=site, env=env).stdout
     counts = json.loads(counted.strip().splitlines()[-1])
-    step(f"items by status: {counts['statuses']}; iteration_end checkpoints: "
-         f"{counts['iteration_ends']}")
+    step(
+        f"items by status: {counts['statuses']}; iteration_end checkpoints: "
+        f"{counts['iteration_ends']}"
+    )
     fetch_pages(site, python, env)
     statuses = counts["statuses"]
     problems = []
