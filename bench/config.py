@@ -47,7 +47,9 @@ class Sizes:
     warning_workers: list[int] = field(default_factory=lambda: [1, 4])
     ceiling_batches: list[int] = field(default_factory=lambda: [1, 10, 100])
     ceiling_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
-    ceiling_max_s: float = 30.0  # per loop process; see drain.drain_ceiling
+    # Per loop process (drain.drain_ceiling): on a slow host the single-item loop
+    # makes ~450 jobs/s, so 20 s still times ~9,000 items and keeps make bench < 15 min.
+    ceiling_max_s: float = 20.0
     burst_items: int = 50_000
     burst_concurrency: int = 4
     fair_items: int = 40_000
@@ -63,6 +65,9 @@ class Sizes:
     peers_window_s: float = 6.0
     history_rows: int = 10_000_000
     longtx_churn: int = 60_000
+    # Claims per claimer in longtx (4 claimers: 1,000 samples a half); with the
+    # snapshot held a claim takes ~50 ms on a slow host, so 1,000 each took 50 s.
+    longtx_claim_count: int = 250
     probe_items: int = 4_000
     probe_workers: int = 4
     enqueue_items: int = 100_000
@@ -105,6 +110,7 @@ class Sizes:
             peers_window_s=2.0,
             history_rows=200_000,
             longtx_churn=1_000,
+            longtx_claim_count=50,
             probe_items=300,
             probe_workers=2,
             enqueue_items=5_000,

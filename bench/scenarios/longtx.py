@@ -5,7 +5,7 @@ in the database that took its snapshot (`BEGIN ISOLATION LEVEL REPEATABLE
 READ; SELECT 1`) before it and stays open until its end, as a long report or
 a forgotten session would. On an emptied table: C items (default 60,000) of
 churn (no-op items) drained by 4 `runworker --burst` processes, then, on
-the same table, 4 claimers timing `acquire_leases()` (batch
+the same table, 4 claimers timing 250 `acquire_leases()` calls each (batch
 1, as in `claim`) and M no-op items drained by 4 processes (as in
 `throughput`). While the snapshot is held, no row version that died after it
 can be removed, by VACUUM or by the claims' own pruning, so the claims meet
@@ -51,7 +51,7 @@ def churn(bench: Bench, items: int) -> None:
 
 
 def run(bench: Bench) -> dict[str, Any]:
-    m, count, c = bench.sizes.items, bench.sizes.claim_count, bench.sizes.longtx_churn
+    m, count, c = bench.sizes.items, bench.sizes.longtx_claim_count, bench.sizes.longtx_churn
     runs = []
     for hold in (False, True):
         bench.reset()
