@@ -86,6 +86,7 @@ class Sizes:
     recovery_sweep_interval_s: float = 0.5
     sweep_rows: int = 1_000_000
     sweep_expired: list[int] = field(default_factory=lambda: [1_000, 100_000])
+    sweep_repeats: int = 3  # passes over 1,000 expired leases, each in a fresh process
     heartbeat_leases: int = 1_000
     heartbeat_seconds: float = 3.0
 
@@ -125,6 +126,7 @@ class Sizes:
             recovery_rounds=1,
             sweep_rows=20_000,
             sweep_expired=[100, 2_000],
+            sweep_repeats=2,
             heartbeat_leases=200,
             heartbeat_seconds=0.5,
         )

@@ -100,7 +100,35 @@ def sweep_once(
     checkpoints: bool = True,
     rows_total: int | None = None,
 ) -> dict[str, Any]:
+    """The first pass over `expired` expired leases, in a fresh process each time.
+
+    A sweep of 1,000 is timed `sweep_repeats` times (the same rows expired
+    again before each) and reported as the median with every run beside it:
+    on this shared host one pass of the same work took 76 to 165 ms.
+    """
     rows_total = rows_total or bench.sizes.sweep_rows
+    repeats = bench.sizes.sweep_repeats if expired <= 1_000 else 1
+    passes = []
+    for _ in range(repeats):
+        one = _one_pass(bench, expired, variant, checkpoints=checkpoints, rows_total=rows_total)
+        if "timed_out_after_s" in one:
+            return one
+        passes.append(one)
+    walls = sorted(p["wall_ms"] for p in passes)
+    median = walls[len(walls) // 2]
+    sweep_run = {**next(p for p in passes if p["wall_ms"] == median), "wall_ms": median}
+    if repeats > 1:
+        sweep_run["wall_ms_runs"] = [p["wall_ms"] for p in passes]
+    target_ms = {1_000: TARGETS["sweep_1k_ms"], 100_000: TARGETS["sweep_100k_s"] * 1000}
+    if variant == AS_MIGRATED and expired in target_ms:
+        sweep_run["target_ms"] = target_ms[expired]
+        sweep_run["met"] = median < target_ms[expired]
+    return sweep_run
+
+
+def _one_pass(
+    bench: Bench, expired: int, variant: str, *, checkpoints: bool, rows_total: int
+) -> dict[str, Any]:
     bench.sql("TRUNCATE checkpoints")
     bench.sql(
         "UPDATE work_items SET status = 'completed', completed_at = now(), "
@@ -132,23 +160,17 @@ def sweep_once(
             f"sweep found {first['expired_found']}, recovered "
             f"{first['recovered']} of {expired}, {first['errors']} errors"
         )
-    wall_ms = first["wall_ms"]
-    sweep_run = {
+    progress(f"    {first['wall_ms']:.1f} ms ({first['batches']} batches)")
+    return {
         "expired": expired,
         "variant": variant,
-        "wall_ms": wall_ms,
+        "wall_ms": first["wall_ms"],
         "scan_duration_ms": first["scan_duration_ms"],
         "batches": first["batches"],
         "checkpoints_created": first["checkpoints_created"],
         "next_pass_nothing_expired_ms": second["wall_ms"],
         "next_pass_expired_found": second["expired_found"],
     }
-    target_ms = {1_000: TARGETS["sweep_1k_ms"], 100_000: TARGETS["sweep_100k_s"] * 1000}
-    if variant == AS_MIGRATED and expired in target_ms:
-        sweep_run["target_ms"] = target_ms[expired]
-        sweep_run["met"] = wall_ms < target_ms[expired]
-    progress(f"    {wall_ms:.1f} ms ({first['batches']} batches)")
-    return sweep_run
 
 
 def rows(r: dict[str, Any]) -> Iterator[Row]:
@@ -160,5 +182,9 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
             yield Row(label, f"> {run['timed_out_after_s']:g} s (stopped)", "", False)
             continue
         target = f"< {tgt:g} ms" if tgt else ""
-        yield Row(label, f"{run['wall_ms']} ms", target, run.get("met"), absolute=True)
+        value = f"{run['wall_ms']} ms"
+        if run.get("wall_ms_runs"):
+            runs = ", ".join(f"{ms:g}" for ms in run["wall_ms_runs"])
+            value += f" (median of {runs})"
+        yield Row(label, value, target, run.get("met"), absolute=True)
         yield Row("  next pass (nothing expired)", f"{run['next_pass_nothing_expired_ms']} ms")
