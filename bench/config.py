@@ -45,6 +45,7 @@ class Sizes:
     items: int = 20_000
     workers: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     warning_workers: list[int] = field(default_factory=lambda: [1, 4])
+    logging_repeats: int = 3  # INFO and WARNING drains each at the logging target's count
     ceiling_batches: list[int] = field(default_factory=lambda: [1, 10, 100])
     ceiling_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
     # Per loop process (drain.drain_ceiling): on a slow host the single-item loop
@@ -96,6 +97,7 @@ class Sizes:
             items=500,
             workers=[1, 2],
             warning_workers=[2],
+            logging_repeats=2,
             ceiling_workers=[2],
             burst_items=1_000,
             fair_items=1_000,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -98,6 +99,13 @@ def test_quick_bench_reports_every_scenario() -> None:
         _costed(run)
     assert throughput["warning_runs"] and set(throughput["logging_cost"])
     assert isinstance(throughput["logging_cost_met"], bool)
+    # At the target's process count the two levels alternate; the cost is of their medians.
+    drains = throughput["logging_drains"]
+    assert drains["workers"] == throughput["logging_cost_at"]
+    assert len(drains["default"]) == len(drains["warning"]) == 2
+    at = drains["workers"]
+    expected = 1 - statistics.median(drains["default"]) / statistics.median(drains["warning"])
+    assert throughput["logging_cost"][str(at)] == round(expected, 3)  # JSON keys are text
 
     ceiling = records["ceiling"]
     assert {r["batch"] for r in ceiling["runs"]} == {1, 10, 100}

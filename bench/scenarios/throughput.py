@@ -2,12 +2,16 @@
 
 The processes run as a user who sets nothing runs them: default settings and
 the project's default logging (INFO). The same drains at log level WARNING
-beside them show what the default logging costs.
+beside them show what the default logging costs. At the target's process
+count the two alternate `logging_repeats` times each and the cost is read
+from their medians: one drain of the same items swung by a quarter either
+way on this host, more than the 10% the target allows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from statistics import median
 from typing import Any
 
 from bench.common import progress
@@ -17,33 +21,46 @@ from bench.drain import drain_runworker
 from bench.report import Row, p50_p99
 
 
+def _drain(bench: Bench, n: int, warning: bool) -> dict[str, Any]:
+    level = "log level WARNING" if warning else "default logging"
+    progress(f"  runworker x{n}: {bench.sizes.items} items, {level}")
+    env = bench.env_warning if warning else None
+    result = drain_runworker(bench, n, bench.sizes.items, env=env)
+    progress(f"    {result['jobs_per_s']} jobs/s")
+    return result
+
+
 def run(bench: Bench) -> dict[str, Any]:
-    runs, warning = [], []
-    for n in bench.sizes.workers:
-        progress(f"  runworker x{n}: {bench.sizes.items} items, default logging")
-        result = drain_runworker(bench, n, bench.sizes.items)
-        progress(f"    {result['jobs_per_s']} jobs/s")
-        runs.append(result)
-    for n in bench.sizes.warning_workers:
-        progress(f"  runworker x{n}: {bench.sizes.items} items, log level WARNING")
-        result = drain_runworker(bench, n, bench.sizes.items, env=bench.env_warning)
-        progress(f"    {result['jobs_per_s']} jobs/s")
-        warning.append(result)
+    runs = [_drain(bench, n, False) for n in bench.sizes.workers]
+    warning = [_drain(bench, n, True) for n in bench.sizes.warning_workers]
     record: dict[str, Any] = {
         "items": bench.sizes.items,
         "runworker_options": ["--burst", *RUNWORKER_OPTIONS],
         "runs": runs,
         "warning_runs": warning,
     }
-    default_at = {r["workers"]: r["jobs_per_s"] for r in runs}
-    costs = {
-        w["workers"]: round(1 - default_at[w["workers"]] / w["jobs_per_s"], 3)
+    rates: dict[int, tuple[list[float], list[float]]] = {
+        w["workers"]: (
+            [r["jobs_per_s"] for r in runs if r["workers"] == w["workers"]],
+            [w["jobs_per_s"]],
+        )
         for w in warning
-        if w["workers"] in default_at and w["jobs_per_s"] and default_at[w["workers"]]
+    }
+    counted = [n for n, (default, _) in rates.items() if default]
+    at = 4 if 4 in counted else max(counted, default=None)
+    if at is not None:
+        default, warned = rates[at]
+        for _ in range(bench.sizes.logging_repeats - 1):  # alternated, WARNING first
+            warned.append(_drain(bench, at, True)["jobs_per_s"])
+            default.append(_drain(bench, at, False)["jobs_per_s"])
+        record["logging_drains"] = {"workers": at, "default": default, "warning": warned}
+    costs = {
+        n: round(1 - median(default) / median(warned), 3)
+        for n, (default, warned) in rates.items()
+        if default and all(default) and all(warned)
     }
     record["logging_cost"] = costs
-    at = 4 if 4 in costs else max(costs, default=None)
-    if at is not None:
+    if at is not None and at in costs:
         record["logging_cost_at"] = at
         record["logging_cost_met"] = costs[at] <= TARGETS["logging_cost"]
     return record
@@ -69,10 +86,20 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
         yield from drain_rows("runworker", run)
     for run in r.get("warning_runs", []):
         yield from drain_rows("runworker, log level WARNING,", run)
+    drains = r.get("logging_drains")
     for n, cost in r.get("logging_cost", {}).items():
         is_target = n == r.get("logging_cost_at")
+        how = "1 - INFO rate / WARNING rate"
+        if is_target and drains and len(drains["default"]) > 1:
+            how = "1 - median INFO / median WARNING rate"
+            yield Row(
+                f"  x{n} drains alternated, jobs/s: INFO | WARNING",
+                " / ".join(f"{x:g}" for x in drains["default"])
+                + " | "
+                + " / ".join(f"{x:g}" for x in drains["warning"]),
+            )
         yield Row(
-            f"default logging cost x{n} (1 - INFO rate / WARNING rate)",
+            f"default logging cost x{n} ({how})",
             f"{cost:.1%}",
             f"<= {TARGETS['logging_cost']:.0%}" if is_target else "",
             r.get("logging_cost_met") if is_target else None,
