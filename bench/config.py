@@ -24,6 +24,10 @@ OPTION_GRID: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
     )
 )
 
+# Option sets drained with fewer items than `options_items`: one claim per
+# item runs at ~500 jobs/s on a slow host, so 10,000 items took 25 s.
+OPTION_ITEMS_CAP = {"c1 prefetch=0": 2_000}
+
 TARGETS = {
     "ratio_n4": 1.0,
     "ratio_n1": 0.8,
@@ -49,8 +53,8 @@ class Sizes:
     ceiling_batches: list[int] = field(default_factory=lambda: [1, 10, 100])
     ceiling_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
     # Per loop process (drain.drain_ceiling): on a slow host the single-item loop
-    # makes ~450 jobs/s, so 20 s still times ~9,000 items and keeps make bench < 15 min.
-    ceiling_max_s: float = 20.0
+    # makes ~450 jobs/s, so 15 s still times ~6,000 items and keeps make bench < 15 min.
+    ceiling_max_s: float = 15.0
     burst_items: int = 50_000
     burst_concurrency: int = 4
     fair_items: int = 40_000
@@ -63,7 +67,7 @@ class Sizes:
     steady_seconds: float = 60.0
     peers_items: int = 20_000
     peers_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
-    peers_window_s: float = 6.0
+    peers_window_s: float = 4.0
     history_rows: int = 10_000_000
     longtx_churn: int = 60_000
     # Claims per claimer in longtx (4 claimers: 1,000 samples a half); with the

@@ -130,7 +130,7 @@ def explain_claim(
     }
 
 
-PAUSE_CHECK_EXPLAINS = 30
+PAUSE_CHECK_EXPLAINS = 20
 # Five drains each way: with three, one slow or fast drain moved the median by
 # 5-10% (2026-11-27 07:02: 16,674 / 19,788 / 20,374 jobs/s without the check).
 PAUSE_CHECK_DRAIN_REPEATS = 5

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench.common import progress
-from bench.config import OPTION_GRID
+from bench.config import OPTION_GRID, OPTION_ITEMS_CAP
 from bench.context import Bench
 from bench.drain import drain_runworker
 from bench.report import Row
@@ -25,8 +25,9 @@ def run(bench: Bench) -> dict[str, Any]:
     samples: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in grid}
     for repeat in range(bench.sizes.options_repeats):
         for label, options in grid:
-            progress(f"  runworker x{n} {label} (run {repeat + 1}): {m} items")
-            result = drain_runworker(bench, n, m, options)
+            count = min(m, OPTION_ITEMS_CAP.get(label, m))
+            progress(f"  runworker x{n} {label} (run {repeat + 1}): {count} items")
+            result = drain_runworker(bench, n, count, options)
             progress(f"    {result['jobs_per_s']} jobs/s")
             samples[label].append(result)
     runs = []
@@ -41,7 +42,7 @@ def run(bench: Bench) -> dict[str, Any]:
                 "jobs_per_s_median": round(statistics.median(rates), 1),
                 "jobs_per_s_each": rates,
                 "completed": min(r["completed"] for r in got),
-                "items": m,
+                "items": min(m, OPTION_ITEMS_CAP.get(label, m)),
                 "claimed_more_than_once": max(r["claimed_more_than_once"] for r in got),
                 "wall_jobs_per_s": max(r["wall_jobs_per_s"] for r in got),
                 "client_cpu_us_per_job": min(r["client_cpu_us_per_job"] for r in got),
