@@ -40,3 +40,8 @@ def format_table(rows: Iterable[Row], raw_loop: float | None = None) -> str:
 def p50_p99(summary: dict[str, Any]) -> str:
     """`p50 / p99` of a latency summary, as the table shows it."""
     return f"{summary.get('p50')} / {summary.get('p99')}"
+
+
+def median_of(values: list[float] | None) -> str:
+    """` (median of a, b, c)` after a figure that is the median of those samples; '' without."""
+    return f" (median of {', '.join(f'{x:g}' for x in values)})" if values else ""

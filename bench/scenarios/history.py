@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.common import progress
 from bench.context import Bench
-from bench.report import Row, p50_p99
+from bench.report import Row, median_of, p50_p99
 from bench.scenarios.claim import claimers
 from bench.scenarios.sweep import load_rows, sweep_once
 
@@ -103,7 +103,6 @@ def _run(bench: Bench) -> dict[str, Any]:
 
 def rows(r: dict[str, Any]) -> Iterator[Row]:
     for run in r["runs"]:
-        runs = run.get("sweep_ms_runs")
         yield Row(
             f"history {run['rows']:,} rows ({run['table_mib']:,} MiB): 4 claimers p50/p99 ms",
             p50_p99(run["claim_ms"]),
@@ -111,8 +110,7 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
         )
         yield Row(
             f"  sweep of {run['sweep_expired']:,} expired among {run['rows']:,}",
-            f"{run['sweep_ms']} ms"
-            + (f" (median of {', '.join(f'{ms:g}' for ms in runs)})" if runs else ""),
+            f"{run['sweep_ms']} ms{median_of(run.get('sweep_ms_runs'))}",
             absolute=True,
         )
     big, small = r["runs"][1]["rows"], r["runs"][0]["rows"]

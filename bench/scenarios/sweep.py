@@ -10,7 +10,7 @@ from typing import Any
 from bench.common import PYTHON, BenchError, progress
 from bench.config import TARGETS
 from bench.context import Bench
-from bench.report import Row
+from bench.report import Row, median_of
 
 AS_MIGRATED = "as migrated"
 
@@ -182,9 +182,6 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
             yield Row(label, f"> {run['timed_out_after_s']:g} s (stopped)", "", False)
             continue
         target = f"< {tgt:g} ms" if tgt else ""
-        value = f"{run['wall_ms']} ms"
-        if run.get("wall_ms_runs"):
-            runs = ", ".join(f"{ms:g}" for ms in run["wall_ms_runs"])
-            value += f" (median of {runs})"
+        value = f"{run['wall_ms']} ms{median_of(run.get('wall_ms_runs'))}"
         yield Row(label, value, target, run.get("met"), absolute=True)
         yield Row("  next pass (nothing expired)", f"{run['next_pass_nothing_expired_ms']} ms")
