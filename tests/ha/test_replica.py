@@ -10,6 +10,7 @@ not even seen yet, is read and applied on the primary.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 
@@ -17,7 +18,7 @@ import pytest
 
 from .clusters import Cluster
 from .helpers import db_env, query, record_result, scalar, wait_until
-from .processes import Fleet
+from .processes import Fleet, Proc
 
 # Tables whose reads decide a write: they must never be read from the replica
 # on a path that then writes (claims, renewals, releases, operator actions).
@@ -66,6 +67,21 @@ def test_replica_streams_the_primary_writes(
     assert scalar(replica.dsn(), "SELECT pg_is_in_recovery()") is True
     with pytest.raises(Exception, match="read-only"):
         replica.execute("DELETE FROM work_items")
+
+
+def wedge(proc: Proc, cluster: Cluster) -> None:
+    """Stop `proc` between transactions: stopped inside one, it would hold its row locks."""
+    open_transactions = (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE state IN ('idle in transaction', 'idle in transaction (aborted)')"
+    )
+    for _ in range(50):
+        proc.signal(signal.SIGSTOP)
+        if scalar(cluster.dsn(), open_transactions) == 0:
+            return
+        proc.signal(signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError("the holder never stopped between transactions")
 
 
 def probe(fleet: Fleet, *args: str) -> dict:
@@ -117,7 +133,7 @@ def test_console_reads_from_replica_and_leases_stay_on_primary(
     fleet.manage(
         "ha_enqueue", "--count", "3", "--prefix", "late", "--input", json.dumps({"sleep": 600})
     )
-    fleet.start("holder", "runworker", "--concurrency", "1")
+    holder = fleet.start("holder", "runworker", "--concurrency", "1")
     held = wait_until(
         lambda: query(
             primary.dsn(), "SELECT work_item_id FROM work_items WHERE status = 'in_progress'"
@@ -125,6 +141,11 @@ def test_console_reads_from_replica_and_leases_stay_on_primary(
         timeout=60,
         message=fleet.tails,
     )[0][0]
+    # The holder wedges, as the workers operators force-release do: its
+    # heartbeats stop. A live holder renews every second here, and a renewal
+    # between the confirmation page and the POST rightly skips the item
+    # (tests/test_admin.py covers that), which a slow host made happen.
+    wedge(holder, primary)
     # Two seconds of lag at least, whatever the machine's speed.
     time.sleep(max(0.0, 2.0 - (time.monotonic() - paused_at)))
 
