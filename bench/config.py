@@ -55,6 +55,9 @@ class Sizes:
     # Per loop process (drain.drain_ceiling): on a slow host the single-item loop
     # makes ~450 jobs/s, so 15 s still times ~6,000 items and keeps make bench < 15 min.
     ceiling_max_s: float = 15.0
+    # Drains of the batched loop where runworker's drains alternate (throughput's
+    # logging_repeats): the K=100 ratio is then of two medians.
+    ceiling_repeats: int = 3
     burst_items: int = 50_000
     burst_concurrency: int = 4
     fair_items: int = 40_000
@@ -103,6 +106,7 @@ class Sizes:
             warning_workers=[2],
             logging_repeats=2,
             ceiling_workers=[2],
+            ceiling_repeats=2,
             burst_items=1_000,
             fair_items=1_000,
             fair_workers=2,

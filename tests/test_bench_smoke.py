@@ -121,6 +121,16 @@ def test_quick_bench_reports_every_scenario() -> None:
     # loop commits far less than once a job.
     k100 = [r for r in ceiling["runs"] if r["batch"] == 100]
     assert all(r["xact_per_job"] < 0.5 for r in k100), k100
+    # Where runworker's drains alternate, the batched loop drains as often and
+    # the ratio is of the two medians.
+    [repeated] = [r for r in k100 if r["workers"] == at]
+    assert repeated["runworker_jobs_per_s_runs"] == drains["default"]
+    assert len(repeated["loop_jobs_per_s_runs"]) == 2
+    assert repeated["loop_jobs_per_s_runs"][0] == repeated["jobs_per_s"]
+    expected = statistics.median(drains["default"]) / statistics.median(
+        repeated["loop_jobs_per_s_runs"]
+    )
+    assert repeated["ratio_runworker_to_ceiling"] == round(expected, 3)
 
     for run in records["options"]["runs"]:
         _drained(run)
