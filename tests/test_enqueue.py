@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from leasing import enqueue, enqueue_many
@@ -114,3 +114,83 @@ def test_max_retries_defaults_to_the_handlers_option():
         assert WorkItem.objects.get(pk=item.pk).max_retries == 7
     finally:
         registry.unregister("test.picky")
+
+
+# A large plain batch on PostgreSQL is validated while its COPY runs
+# (`services.enqueue._copy_while_validating`): a bad item aborts a COPY that
+# has already sent the items before it, and still nothing may be written.
+LARGE = 2_500  # over sql.new_items.COPY_THRESHOLD
+
+
+def _large(bad_at: int | None = None, bad: object = None) -> list:
+    specs: list = [
+        {"task_id": f"t{i}", "work_type": "w", "input_data": {"i": i}} for i in range(LARGE)
+    ]
+    if bad_at is not None:
+        specs[bad_at] = bad
+    return specs
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ({"task_id": "t", "work_type": "w", "priority": "high"}, InvalidInput, "priority"),
+        ({"task_id": "t", "work_type": "w", "input_data": {1, 2}}, PayloadNotSerializable, "JSON"),
+        (
+            {"task_id": "t", "work_type": "w", "run_after": datetime(2030, 1, 1)},
+            InvalidInput,
+            "aware",
+        ),
+        ("not a mapping", InvalidInput, "must be a mapping"),
+        ({"task_id": "t", "work_type": "w", "prio": 1}, InvalidInput, "unknown keys"),
+    ],
+)
+def test_a_bad_item_late_in_a_large_batch_aborts_the_copy_and_writes_nothing(
+    monkeypatch, bad, error, message
+):
+    from psycopg import pq
+
+    from leasing.services import enqueue as service
+
+    states = []
+    validate = service._validate
+
+    def spy(*args, **kwargs):
+        states.append(connection.connection.pgconn.transaction_status)
+        return validate(*args, **kwargs)
+
+    monkeypatch.setattr(service, "_validate", spy)
+    with pytest.raises(error, match=f"item {LARGE - 10}.*{message}"):
+        enqueue_many(_large(LARGE - 10, bad))
+    assert WorkItem.objects.count() == 0
+    # The items were checked while the COPY ran (the connection busy with it).
+    assert states[-1] == pq.TransactionStatus.ACTIVE, states[-5:]
+    # The connection is usable afterwards, and the same items go in once fixed.
+    items = enqueue_many(_large())
+    assert [i.input_data["i"] for i in items] == list(range(LARGE))
+    stored = dict(WorkItem.objects.values_list("work_item_id", "created_at"))
+    assert len(stored) == LARGE
+    assert all(stored[i.pk] == i.created_at for i in items)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_aborted_large_batch_inside_a_callers_transaction_leaves_the_rest_of_it():
+    with transaction.atomic():
+        before = enqueue("before", "w")
+        with pytest.raises(InvalidInput, match=f"item {LARGE - 1}"):
+            enqueue_many(_large(LARGE - 1, {"task_id": "", "work_type": "w"}))
+        after = enqueue("after", "w")
+    assert set(WorkItem.objects.values_list("pk", flat=True)) == {before.pk, after.pk}
+
+
+@pytest.mark.postgres
+def test_a_large_batch_with_rules_is_validated_before_it_is_written():
+    # A unique key anywhere sends the batch down the rules path, checked in full first.
+    specs = _large()
+    specs[5] = {"task_id": "t5", "work_type": "w", "unique_key": "k"}
+    specs[LARGE - 1] = {"task_id": "t", "work_type": "w", "priority": "high"}
+    with pytest.raises(InvalidInput, match=f"item {LARGE - 1}"):
+        enqueue_many(specs)
+    assert WorkItem.objects.count() == 0

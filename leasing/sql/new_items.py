@@ -1,6 +1,7 @@
 """Statements that add work items, and the NOTIFY that wakes idle workers.
 
-The rows arrive validated (`leasing.services.enqueue`). PostgreSQL inserts a
+The rows arrive validated (`leasing.services.enqueue`; a COPY's rows may be
+validated as the COPY reads them, and a bad one aborts it). PostgreSQL inserts a
 batch with one `INSERT ... SELECT unnest(...)` (a fixed number of parameters
 whatever the batch size) or, from `COPY_THRESHOLD` rows on, one `COPY`;
 SQLite with multi-row VALUES under its bound-variable limit.
@@ -89,14 +90,21 @@ def insert_postgres(items: list[NewItem]) -> Statement:
     return sql, params
 
 
-def copy_postgres(using: str, items: list[NewItem]) -> datetime | None:
-    """PostgreSQL: load the batch with one COPY; returns the shared creation time."""
+def copy_postgres(using: str, items: Iterable[NewItem]) -> datetime | None:
+    """PostgreSQL: load the batch with one COPY; returns the shared creation time.
+
+    `items` may be a generator that validates as it goes: an exception from it
+    aborts the COPY (psycopg sends the server a CopyFail) and propagates.
+    """
     connection = connections[using]
     connection.ensure_connection()
+    first: str | None = None
     # The driver's own cursor (Django's has no COPY); errors still become Django's.
     with connection.wrap_database_errors, connection.connection.cursor() as cursor:
         with cursor.copy(f"COPY work_items ({_COLUMNS}) FROM STDIN") as copy:
             for i in items:
+                if first is None:
+                    first = i.work_item_id
                 copy.write_row(
                     (
                         i.work_item_id,
@@ -113,9 +121,11 @@ def copy_postgres(using: str, items: list[NewItem]) -> datetime | None:
                     )
                 )
         # `prepare=False`: no server-side prepared statement (transaction poolers drop them).
+        if first is None:
+            return None
         cursor.execute(
             "SELECT created_at FROM work_items WHERE work_item_id = %s",
-            [items[0].work_item_id],
+            [first],
             prepare=False,
         )
         row = cursor.fetchone()
