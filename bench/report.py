@@ -42,6 +42,16 @@ def p50_p99(summary: dict[str, Any]) -> str:
     return f"{summary.get('p50')} / {summary.get('p99')}"
 
 
+def samples(values: Iterable[float]) -> str:
+    """`a / b / c`: the samples of one figure, as the table and progress lines show them."""
+    return " / ".join(f"{x:g}" for x in values)
+
+
+def two_sides(left: Iterable[float], right: Iterable[float]) -> str:
+    """`a / b | c / d`: the samples of two figures compared by their medians."""
+    return f"{samples(left)} | {samples(right)}"
+
+
 def median_of(values: list[float] | None) -> str:
     """` (median of a, b, c)` after a figure that is the median of those samples; '' without."""
     return f" (median of {', '.join(f'{x:g}' for x in values)})" if values else ""

@@ -23,19 +23,8 @@ from bench.config import TARGETS
 from bench.context import Bench
 from bench.drain import drain_ceiling
 from bench.measure import walk_plan
-from bench.report import Row
-
-
-def runworker_rates(throughput: dict[str, Any]) -> dict[int, list[float]]:
-    """runworker's default-logging drains (jobs/s) by process count, from throughput.
-
-    One drain per count, except where throughput alternated its drains: all of them.
-    """
-    rates = {r["workers"]: [r["jobs_per_s"]] for r in throughput.get("runs", [])}
-    drains = throughput.get("logging_drains")
-    if drains:
-        rates[drains["workers"]] = list(drains["default"])
-    return rates
+from bench.report import Row, samples, two_sides
+from bench.scenarios.throughput import runworker_rates
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -56,8 +45,7 @@ def run(bench: Bench) -> dict[str, Any]:
             if ours and all(ours) and all(loop):
                 result["ratio_runworker_to_ceiling"] = round(median(ours) / median(loop), 3)
             progress(
-                f"    {' / '.join(f'{x:g}' for x in loop)} jobs/s, "
-                f"ratio {result.get('ratio_runworker_to_ceiling')}"
+                f"    {samples(loop)} jobs/s, ratio {result.get('ratio_runworker_to_ceiling')}"
             )
             runs.append(result)
     return {
@@ -136,15 +124,12 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
         if ratio is None:
             continue
         key = targets.get((k, n))
+        label = f"  ratio runworker/loop K={k} x{n}"
         if "loop_jobs_per_s_runs" in run:
             yield Row(
                 f"  K={k} x{n} drains, jobs/s: runworker | loop",
-                " / ".join(f"{x:g}" for x in run["runworker_jobs_per_s_runs"])
-                + " | "
-                + " / ".join(f"{x:g}" for x in run["loop_jobs_per_s_runs"]),
+                two_sides(run["runworker_jobs_per_s_runs"], run["loop_jobs_per_s_runs"]),
             )
-        label = f"  ratio runworker/loop K={k} x{n}"
-        if "loop_jobs_per_s_runs" in run:
             label += " (median / median)"
         if key:
             yield Row(label, ratio, f">= {TARGETS[key]}", r[f"{key}_met"])

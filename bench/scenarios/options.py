@@ -23,9 +23,10 @@ def run(bench: Bench) -> dict[str, Any]:
     n, m = bench.sizes.options_workers, bench.sizes.options_items
     grid = OPTION_GRID if not bench.args.quick else OPTION_GRID[:2]
     samples: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in grid}
+    counts = {label: min(m, OPTION_ITEMS_CAP.get(label, m)) for label, _ in grid}
     for repeat in range(bench.sizes.options_repeats):
         for label, options in grid:
-            count = min(m, OPTION_ITEMS_CAP.get(label, m))
+            count = counts[label]
             progress(f"  runworker x{n} {label} (run {repeat + 1}): {count} items")
             result = drain_runworker(bench, n, count, options)
             progress(f"    {result['jobs_per_s']} jobs/s")
@@ -42,7 +43,7 @@ def run(bench: Bench) -> dict[str, Any]:
                 "jobs_per_s_median": round(statistics.median(rates), 1),
                 "jobs_per_s_each": rates,
                 "completed": min(r["completed"] for r in got),
-                "items": min(m, OPTION_ITEMS_CAP.get(label, m)),
+                "items": counts[label],
                 "claimed_more_than_once": max(r["claimed_more_than_once"] for r in got),
                 "wall_jobs_per_s": max(r["wall_jobs_per_s"] for r in got),
                 "client_cpu_us_per_job": min(r["client_cpu_us_per_job"] for r in got),

@@ -24,21 +24,19 @@ from bench.measure import proc_cpu_s, rnd
 from bench.report import Row, p50_p99
 from bench.sampler import Sampler
 from bench.scenarios.pickup import ready_workers
+from bench.scenarios.throughput import runworker_rates
 
 START_P99_MS = 20.0
 BACKLOG = "SELECT count(*) FROM work_items WHERE status IN ('pending', 'in_progress')"
 
 
 def capacity(bench: Bench, n: int) -> float:
-    throughput = bench.results.get("throughput", {})
-    drains = throughput.get("logging_drains")
-    if drains and drains["workers"] == n and all(drains["default"]):
-        # The median of the alternated default drains: one drain swung by a
-        # quarter, and "50%" of a fast outlier is nearer 60% of the usual rate.
-        return float(median(drains["default"]))
-    for r in throughput.get("runs", []):
-        if r["workers"] == n and r.get("jobs_per_s"):
-            return float(r["jobs_per_s"])
+    # The median of throughput's alternated default drains where it has them:
+    # one drain swung by a quarter, and "50%" of a fast outlier is nearer 60%
+    # of the usual rate.
+    rates = runworker_rates(bench.results.get("throughput", {})).get(n)
+    if rates and all(rates):
+        return float(median(rates))
     progress(f"  measuring capacity: runworker x{n}, {bench.sizes.items} items")
     return float(drain_runworker(bench, n, bench.sizes.items)["jobs_per_s"])
 

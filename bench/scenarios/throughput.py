@@ -18,7 +18,7 @@ from bench.common import progress
 from bench.config import RUNWORKER_OPTIONS, TARGETS
 from bench.context import Bench
 from bench.drain import drain_runworker
-from bench.report import Row, p50_p99
+from bench.report import Row, p50_p99, two_sides
 
 
 def _drain(bench: Bench, n: int, warning: bool) -> dict[str, Any]:
@@ -28,6 +28,18 @@ def _drain(bench: Bench, n: int, warning: bool) -> dict[str, Any]:
     result = drain_runworker(bench, n, bench.sizes.items, env=env)
     progress(f"    {result['jobs_per_s']} jobs/s")
     return result
+
+
+def runworker_rates(throughput: dict[str, Any]) -> dict[int, list[float]]:
+    """runworker's default-logging drains (jobs/s) by process count, from throughput.
+
+    One drain per count, except where throughput alternated its drains: all of them.
+    """
+    rates = {r["workers"]: [r["jobs_per_s"]] for r in throughput.get("runs", [])}
+    drains = throughput.get("logging_drains")
+    if drains:
+        rates[drains["workers"]] = list(drains["default"])
+    return rates
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -94,9 +106,7 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
             how = "1 - median INFO / median WARNING rate"
             yield Row(
                 f"  x{n} drains alternated, jobs/s: INFO | WARNING",
-                " / ".join(f"{x:g}" for x in drains["default"])
-                + " | "
-                + " / ".join(f"{x:g}" for x in drains["warning"]),
+                two_sides(drains["default"], drains["warning"]),
             )
         yield Row(
             f"default logging cost x{n} ({how})",
