@@ -53,13 +53,15 @@ class Sizes:
     ceiling_batches: list[int] = field(default_factory=lambda: [1, 10, 100])
     ceiling_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
     # Per loop process (drain.drain_ceiling): on a slow host the single-item loop
-    # makes ~450 jobs/s, so 15 s still times ~6,000 items and keeps make bench < 15 min.
-    ceiling_max_s: float = 15.0
+    # makes ~450 jobs/s, so 12 s still times ~5,000 items and keeps make bench < 15 min
+    # (15 s until the burst pairs became three).
+    ceiling_max_s: float = 12.0
     # Drains of the batched loop where runworker's drains alternate (throughput's
     # logging_repeats): the K=100 ratio is then of two medians.
     ceiling_repeats: int = 3
-    burst_items: int = 50_000
+    burst_items: int = 30_000
     burst_concurrency: int = 4
+    burst_repeats: int = 3  # alternated pairs (right after enqueue, after VACUUM ANALYZE)
     fair_items: int = 40_000
     fair_workers: int = 4
     longrun_items: int = 5_000
@@ -108,6 +110,7 @@ class Sizes:
             ceiling_workers=[2],
             ceiling_repeats=2,
             burst_items=1_000,
+            burst_repeats=2,
             fair_items=1_000,
             fair_workers=2,
             longrun_items=200,

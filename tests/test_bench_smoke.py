@@ -145,10 +145,17 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert isinstance(signals["receiver_cost"], float)
 
     burst = records["burst"]
-    assert [r["vacuumed"] for r in burst["runs"]] == [False, True]
+    # Quick sizes: 2 pairs, alternated, each right after its enqueue first.
+    assert [r["vacuumed"] for r in burst["runs"]] == [False, True, False, True]
     for run in burst["runs"]:
         _drained(run)
-    assert _positive(burst["ratio_unvacuumed_to_vacuumed"])
+    cold = [r["jobs_per_s"] for r in burst["runs"] if not r["vacuumed"]]
+    warm = [r["jobs_per_s"] for r in burst["runs"] if r["vacuumed"]]
+    assert burst["unvacuumed_jobs_per_s_runs"] == cold
+    assert burst["vacuumed_jobs_per_s_runs"] == warm
+    # The ratio is of the two medians, not of one pair.
+    expected = statistics.median(cold) / statistics.median(warm)
+    assert burst["ratio_unvacuumed_to_vacuumed"] == round(expected, 3)
 
     fair = records["fairstart"]
     assert len(fair["processes"]) == fair["workers"]
