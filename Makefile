@@ -108,7 +108,8 @@ ci-django60:
 
 ci: test test-bench-smoke ci-django60 test-ha
 
-# Failover, a transaction pooler, network partitions and a read replica, on
+# Failover, a transaction pooler, network partitions, a read replica and
+# autovacuum with the shipped per-table settings, on
 # throwaway clusters, pgbouncer and network namespaces this machine makes and
 # removes (needs root and Debian's PostgreSQL packages); about 4-5 minutes.
 test-ha: venv
