@@ -178,6 +178,10 @@ def test_quick_bench_reports_every_scenario() -> None:
         assert _positive(run["enqueue_to_start_ms"]["p99"]), run
         assert run["enqueue_to_completion_ms"]["p50"] >= run["enqueue_to_start_ms"]["p50"], run
         assert run["backlog"]["per_second"], run
+        # Every item falls in one window of enqueue time, the first from 0 s.
+        windows = run["enqueue_to_start_ms_by_window"]
+        assert windows and windows[0]["from_s"] == 0, run
+        assert all(_positive(w["p99"]) and w["p99"] >= w["p50"] for w in windows), run
 
     longtx = records["longtx"]
     assert [r["long_transaction"] for r in longtx["runs"]] == [False, True]
