@@ -195,7 +195,8 @@ _ALLOWED_KEYS = frozenset(
 )
 
 
-# The keys that send a batch through `enqueue_with_rules` when any item sets one.
+# The keys `_validate` hands to `item_rules`: a large batch in which any item
+# sets one is validated in full before it is written, not streamed into a COPY.
 _RULE_KEYS = ("unique_key", "unique_while", "depends_on", "on_dependency_failure")
 
 

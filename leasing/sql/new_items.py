@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 from django.db import connections
@@ -96,15 +97,18 @@ def copy_postgres(using: str, items: Iterable[NewItem]) -> datetime | None:
     `items` may be a generator that validates as it goes: an exception from it
     aborts the COPY (psycopg sends the server a CopyFail) and propagates.
     """
+    rows = iter(items)
+    # The first row is taken before the COPY: its id reads the creation time
+    # back, without a check on every row of the loop.
+    first = next(rows, None)
+    if first is None:
+        return None
     connection = connections[using]
     connection.ensure_connection()
-    first: str | None = None
     # The driver's own cursor (Django's has no COPY); errors still become Django's.
     with connection.wrap_database_errors, connection.connection.cursor() as cursor:
         with cursor.copy(f"COPY work_items ({_COLUMNS}) FROM STDIN") as copy:
-            for i in items:
-                if first is None:
-                    first = i.work_item_id
+            for i in chain((first,), rows):
                 copy.write_row(
                     (
                         i.work_item_id,
@@ -121,11 +125,9 @@ def copy_postgres(using: str, items: Iterable[NewItem]) -> datetime | None:
                     )
                 )
         # `prepare=False`: no server-side prepared statement (transaction poolers drop them).
-        if first is None:
-            return None
         cursor.execute(
             "SELECT created_at FROM work_items WHERE work_item_id = %s",
-            [first],
+            [first.work_item_id],
             prepare=False,
         )
         row = cursor.fetchone()
