@@ -31,6 +31,10 @@ from .services.idempotency import run_once
 if TYPE_CHECKING:
     from .models import Checkpoint
 
+# Guards every context's loss flag against its lazily made Event (rarely taken:
+# only when a loss is marked or waited on).
+_LOST_LOCK = threading.Lock()
+
 
 class WorkContext:
     """The context one run of a handler gets (one lease, one heartbeat)."""
@@ -39,8 +43,11 @@ class WorkContext:
         self.lease = lease
         self.heartbeat = heartbeat
         self.using = using
-        self._lost = threading.Event()
+        self._lost = False
         self._lost_reason = ""
+        # Made on the first wait only: a worker builds a context per item, and
+        # an Event (a Condition and two locks) cost more than a no-op handler.
+        self._lost_event: threading.Event | None = None
 
     def __repr__(self) -> str:
         return f"<WorkContext {self.lease.work_item_id} token={self.lease.token}>"
@@ -60,23 +67,34 @@ class WorkContext:
 
     @property
     def lease_lost(self) -> bool:
-        return self._lost.is_set()
+        return self._lost
 
     @property
     def lease_lost_reason(self) -> str:
         return self._lost_reason
 
     def mark_lease_lost(self, reason: str) -> None:
-        if not self._lost.is_set():
+        with _LOST_LOCK:
+            if self._lost:
+                return
             self._lost_reason = reason
-            self._lost.set()
+            self._lost = True
+            event = self._lost_event
+        if event is not None:
+            event.set()
 
     def wait_lease_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is lost or `timeout` passes; True if lost."""
-        return self._lost.wait(timeout)
+        with _LOST_LOCK:
+            if self._lost_event is None:
+                self._lost_event = threading.Event()
+                if self._lost:
+                    self._lost_event.set()
+            event = self._lost_event
+        return event.wait(timeout)
 
     def _ensure_held(self) -> None:
-        if self._lost.is_set():
+        if self._lost:
             raise LeaseLostError(
                 f"The lease on work item {self.lease.work_item_id!r} (token {self.lease.token}) "
                 f"was lost ({self._lost_reason}); this write was refused."

@@ -155,8 +155,12 @@ class Heartbeat:
     slow callback (a lease extension) never blocks other beats' bookkeeping.
     """
 
+    # One lock for every heartbeat: a worker makes one per claimed item, and
+    # allocating a lock each time cost more than a no-op handler; a beat holds
+    # it for two assignments.
+    _lock = threading.Lock()
+
     def __init__(self, on_beat: Callable[[], None] | None = None) -> None:
-        self._lock = threading.Lock()
         self._last = time.monotonic()
         self._beats = 0
         self.on_beat = on_beat

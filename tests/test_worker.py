@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
@@ -13,6 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from leasing import enqueue, enqueue_many
+from leasing.management.commands.runworker import YOUNG_GENERATION_THRESHOLD
 from leasing.models import Checkpoint, Worker, WorkItem
 from leasing.worker import WorkerOptions, WorkerRuntime
 from tests.conftest import raise_deadlock
@@ -29,6 +31,17 @@ def runworker(*args: str) -> dict:
 @pytest.fixture(autouse=True)
 def fast_retries(leasing_settings):
     leasing_settings(RETRY_BACKOFF_BASE=0.01, RETRY_JITTER=0.0)
+
+
+def test_runworker_collects_the_young_generation_less_often():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        runworker("--burst")
+        assert gc.get_threshold() == (YOUNG_GENERATION_THRESHOLD, 10, 10)
+        assert YOUNG_GENERATION_THRESHOLD > 700
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_burst_drains_a_mixed_queue(leasing_settings):

@@ -53,10 +53,11 @@ def _split(
     transaction, `leasing.services.dependencies`): each of those is tried
     once more on its own.
     """
-    manager.held.discard(lease.key for lease, _ in done if lease.key in written)
-    completed = tuple(lease for lease, _ in done if lease.key in written)
+    keys = [lease.key for lease, _ in done]
+    manager.held.discard(key for key in keys if key in written)
+    completed = tuple(lease for (lease, _), key in zip(done, keys, strict=True) if key in written)
     _released(manager, completed)
-    rest = [(lease, output) for lease, output in done if lease.key not in written]
+    rest = [entry for entry, key in zip(done, keys, strict=True) if key not in written]
     if not rest:
         return Completion(completed=completed)
     later = complete_one_by_one(manager, rest)

@@ -50,7 +50,7 @@ class Dispatcher:
         pool: ExecutorPool,
         counters: Counters,
         *,
-        on_done: Callable[[Slot], None],
+        on_done: Callable[[list[Slot]], None],
         wake: Callable[[], None],
     ) -> None:
         self.config = config
@@ -63,6 +63,9 @@ class Dispatcher:
         self._finished: list[Finished] = []
         self._lock = threading.Lock()
         self._avg_run_seconds: float | None = None
+        # `prefetch()` as of the last round trip: executors read it after every
+        # item, so it is worked out once a round trip, not once an item.
+        self._prefetch = self.prefetch()
 
     # --- results from the executors ----------------------------------------------------
 
@@ -91,7 +94,7 @@ class Dispatcher:
 
     def _worth_it(self, finished: int, backlog: int) -> bool:
         return bool(finished) and (
-            backlog < self.config.concurrency or finished >= max(1, self.prefetch())
+            backlog < self.config.concurrency or finished >= max(1, self._prefetch)
         )
 
     # --- the round trip ------------------------------------------------------------------
@@ -113,7 +116,7 @@ class Dispatcher:
 
     def _capacity(self, finishing: int) -> int:
         c = self.config
-        capacity = c.concurrency + self.prefetch() - (len(self.slots) - finishing)
+        capacity = c.concurrency + self._prefetch - (len(self.slots) - finishing)
         if c.max_items is not None:
             capacity = min(capacity, c.max_items - self.counters.claimed)
         return capacity
@@ -129,6 +132,7 @@ class Dispatcher:
 
     def cycle(self, *, claiming: bool) -> int:
         """Complete what finished and (when `claiming`) claim what fits; returns the claims."""
+        self._prefetch = self.prefetch()
         batch = self._take()
         done = [(slot.lease, output) for slot, output in batch]
         capacity = self._capacity(len(batch)) if claiming else 0
@@ -148,14 +152,13 @@ class Dispatcher:
 
     def _finish(self, batch: list[Finished], completion: Completion) -> None:
         slot_of = {slot.key: slot for slot, _ in batch}
-        debug = logger.isEnabledFor(logging.DEBUG)  # once a batch, not once an item
-        for lease in completion.completed:
-            slot = slot_of[lease.key]
-            if debug:
+        ended = [slot_of[lease.key] for lease in completion.completed]
+        if logger.isEnabledFor(logging.DEBUG):  # once a batch, not once an item
+            for slot in ended:
+                lease = slot.lease
                 logger.debug(
                     "done %s (%s) in %d ms", lease.work_item_id, lease.work_type, slot.elapsed_ms()
                 )
-            self.on_done(slot)
         for lease in completion.lost:
             logger.warning(
                 "lease on %s (%s, token %d) was lost before completion; result discarded "
@@ -164,10 +167,11 @@ class Dispatcher:
                 lease.work_type,
                 lease.token,
             )
-            self.on_done(slot_of[lease.key])
+            ended.append(slot_of[lease.key])
         for lease, reason in completion.unstorable:
             logger.error("failed %s (%s): %s", lease.work_item_id, lease.work_type, reason)
-            self.on_done(slot_of[lease.key])
+            ended.append(slot_of[lease.key])
+        self.on_done(ended)
         unwritten = {lease.key for lease, _ in completion.unwritten}
         if unwritten:
             self._put_back([entry for entry in batch if entry[0].key in unwritten])
@@ -202,8 +206,7 @@ class Dispatcher:
                     lease.retry_count + 1,
                     lease.max_retries + 1,
                 )
-        for slot in slots:
-            self.pool.submit(slot)
+        self.pool.submit(slots)
         self.counters.add(claimed=len(leases))
         return len(leases)
 

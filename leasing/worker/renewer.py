@@ -114,7 +114,7 @@ class LeaseRenewer(IntervalThread):
         keeps a transaction open around its own checkpoint holds it until that
         transaction ends, and the lease runs out meanwhile.
         """
-        unrenewed = started - (slot.renewed_at or slot.claimed_at)
+        unrenewed = started - slot.renewed_at
         if unrenewed > slot.lease_duration / 2:
             logger.warning(
                 "lease on %s (token %d) not renewed for %.0f s: another transaction holds "

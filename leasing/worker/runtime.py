@@ -80,7 +80,7 @@ class WorkerRuntime:
             self.slots,
             self.pool,
             self.counters,
-            on_done=self.slots.remove,
+            on_done=self.slots.remove_all,
             wake=self._wake.set,
         )
         self.watch = Watch(self.slots, self.pool, self.recorder, self.counters, self._on_done)
@@ -250,12 +250,8 @@ class WorkerRuntime:
             self._wake.clear()
 
     def _next_deadline_in(self) -> float:
-        """Seconds until the earliest running lease reaches its cap (so it is not overslept)."""
-        now = time.monotonic()
-        deadlines = [
-            slot.deadline() - now for slot in self.slots if slot.state is SlotState.RUNNING
-        ]
-        return max(0.01, min(deadlines, default=3600.0))
+        """Seconds until the earliest run in flight reaches its cap (so it is not overslept)."""
+        return max(0.01, min(self.slots.earliest_deadline() - time.monotonic(), 3600.0))
 
     def _on_notify(self) -> None:
         self._notified.set()

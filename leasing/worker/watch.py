@@ -35,10 +35,7 @@ class Watch:
         for slot in self.pool.supervise():
             self.recorder.hand_back(slot, "its executor thread died")
             self.on_done(slot)
-        now = time.monotonic()
-        for slot in self.slots:
-            if now < slot.deadline():
-                continue
+        for slot in self.slots.past_deadline(time.monotonic()):
             executor = slot.executor
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.ABANDONED):
                 # The handler may never return: tell it, write its ending, and

@@ -1,0 +1,184 @@
+"""The worker's slot table, its executor pool's queue and a run's loss flag, on their own.
+
+No database: slots are built from leases made by hand, and the executors run
+handlers that never touch a connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+from leasing.context import WorkContext
+from leasing.handlers import HandlerSpec
+from leasing.heartbeat import Heartbeat
+from leasing.services.held import Lease
+from leasing.worker.executors import ExecutorPool
+from leasing.worker.slots import Slot, SlotState, SlotTable
+
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+
+
+def lease(item: str, *, cap_seconds: float = 10.0, token: int = 1) -> Lease:
+    return Lease(
+        item,
+        f"task-{item}",
+        "unit.noop",
+        "default",
+        0,
+        None,
+        token,
+        "unit-worker",
+        NOW,
+        NOW + timedelta(seconds=60),
+        NOW + timedelta(seconds=cap_seconds),
+        0,
+        3,
+        0,
+        NOW,
+    )
+
+
+def spec(func=lambda ctx: None) -> HandlerSpec:
+    return HandlerSpec(work_type="unit.noop", func=func)
+
+
+def slot(item: str, *, claimed_at: float, cap_seconds: float) -> Slot:
+    return Slot(lease(item, cap_seconds=cap_seconds), spec(), 60.0, claimed_at)
+
+
+# --- deadlines ---------------------------------------------------------------------------
+
+
+def test_a_slots_deadline_is_its_claim_plus_its_leases_cap():
+    s = slot("a", claimed_at=100.0, cap_seconds=10.0)
+    assert s.deadline() == 110.0
+    assert s.key == ("a", 1)
+
+
+def test_past_deadline_reads_the_table_only_once_a_deadline_passed():
+    table = SlotTable()
+    early = slot("early", claimed_at=100.0, cap_seconds=10.0)  # due at 110
+    late = slot("late", claimed_at=100.0, cap_seconds=50.0)  # due at 150
+    table.add_all([early, late])
+    assert table.earliest_deadline() == 110.0
+    assert table.past_deadline(109.9) == []
+    assert table.past_deadline(110.0) == [early]
+    # Until the next deadline the table is not read again.
+    assert table.earliest_deadline() == 150.0
+    assert table.past_deadline(120.0) == []
+    # Reporting removes nothing: a due slot nobody removed is reported again.
+    assert table.past_deadline(151.0) == [early, late]
+    table.remove_all([early, late])
+    assert table.past_deadline(1000.0) == []
+
+
+def test_a_slot_added_later_with_an_earlier_deadline_is_not_overslept():
+    table = SlotTable()
+    table.add_all([slot("long", claimed_at=100.0, cap_seconds=100.0)])  # due at 200
+    assert table.past_deadline(150.0) == []
+    short = slot("short", claimed_at=110.0, cap_seconds=10.0)  # due at 120
+    table.add_all([short])
+    assert table.earliest_deadline() == 120.0
+    assert table.past_deadline(130.0) == [short]
+
+
+def test_an_empty_table_has_no_deadline():
+    table = SlotTable()
+    assert table.earliest_deadline() == float("inf")
+    assert table.past_deadline(1e12) == []
+
+
+def test_remove_all_drops_only_the_slots_still_under_their_keys():
+    table = SlotTable()
+    first = slot("a", claimed_at=0.0, cap_seconds=10.0)
+    table.add_all([first, slot("b", claimed_at=0.0, cap_seconds=10.0)])
+    again = Slot(lease("a"), spec(), 60.0, 0.0)  # a new run under the same key
+    table.add_all([again])
+    table.remove_all([first])
+    assert table.get(("a", 1)) is again
+    assert table.get(("b", 1)) is not None
+
+
+# --- the executor pool's queue -----------------------------------------------------------
+
+
+def pool_with(func, concurrency: int, outputs: list) -> tuple[ExecutorPool, SlotTable]:
+    table = SlotTable()
+    pool = ExecutorPool(
+        concurrency=concurrency,
+        using="default",
+        slots=table,
+        recorder=None,  # type: ignore[arg-type]  # no run fails here
+        extender_interval=10.0,
+        on_output=lambda s, output: outputs.append(s.key[0]),
+        on_done=lambda s: None,
+        stopping=lambda: False,
+    )
+    return pool, table
+
+
+def test_one_batch_reaches_every_idle_executor():
+    # Three handlers that each wait for the other two: they finish only if the
+    # one hand-over of the batch woke all three executors.
+    barrier = threading.Barrier(3, timeout=10)
+    outputs: list[str] = []
+    pool, table = pool_with(lambda ctx: barrier.wait(), 3, outputs)
+    pool.start()
+    time.sleep(0.05)  # the executors wait for work
+    slots = [Slot(lease(i), spec(lambda ctx: barrier.wait()), 60.0) for i in "abc"]
+    table.add_all(slots)
+    pool.submit(slots)
+    deadline = time.monotonic() + 10
+    while len(outputs) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pool.stop()
+    assert sorted(outputs) == ["a", "b", "c"]
+    assert not barrier.broken
+    assert all(s.state is SlotState.FINISHED for s in slots)
+
+
+def test_one_executor_runs_a_batch_in_claim_order_and_stop_lets_it_finish():
+    outputs: list[str] = []
+    pool, table = pool_with(lambda ctx: None, 1, outputs)
+    slots = [Slot(lease(str(i)), spec(), 60.0) for i in range(50)]
+    table.add_all(slots)
+    pool.submit(slots)
+    assert pool.backlog() == 50
+    pool.start()
+    pool.stop()  # queued after the batch: the executor ends once it ran it
+    for executor in list(pool.executors):
+        executor.join(10)
+        assert not executor.is_alive()
+    assert outputs == [str(i) for i in range(50)]
+    assert pool.backlog() == 0
+
+
+# --- a run's loss flag -------------------------------------------------------------------
+
+
+def test_a_loss_marked_before_the_wait_is_seen_at_once():
+    context = WorkContext(lease("a"), Heartbeat())
+    assert not context.lease_lost
+    context.mark_lease_lost("recovered by the sweep")
+    assert context.lease_lost
+    assert context.wait_lease_lost(0) is True
+    assert context.lease_lost_reason == "recovered by the sweep"
+
+
+def test_a_loss_marked_during_a_wait_wakes_the_waiter():
+    context = WorkContext(lease("a"), Heartbeat())
+    assert context.wait_lease_lost(0.01) is False
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(context.wait_lease_lost(10)))
+    waiter.start()
+    time.sleep(0.05)
+    started = time.monotonic()
+    context.mark_lease_lost("force-released")
+    waiter.join(10)
+    assert woke == [True]
+    assert time.monotonic() - started < 5
+    # The first reason stays.
+    context.mark_lease_lost("something else")
+    assert context.lease_lost_reason == "force-released"
