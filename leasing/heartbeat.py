@@ -155,6 +155,8 @@ class Heartbeat:
     slow callback (a lease extension) never blocks other beats' bookkeeping.
     """
 
+    __slots__ = ("_beats", "_last", "on_beat")
+
     # One lock for every heartbeat: a worker makes one per claimed item, and
     # allocating a lock each time cost more than a no-op handler; a beat holds
     # it for two assignments.

@@ -9,7 +9,7 @@ the column holds.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import connection, transaction
@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from leasing import LeaseManager, enqueue, enqueue_many
 from leasing.exceptions import DatabaseUnavailable
 from leasing.models import WorkItem
-from leasing.services.held import Lease, lease_from_row
+from leasing.services.held import Lease, lease_from_row, leases_from_rows
 from leasing.sql.dialect import CLAIM_PLANNER_OFF
 from leasing.sql.runner import run, run_rows
 from leasing.sql.work_items import LEASE_COLUMNS
@@ -66,6 +66,20 @@ def test_every_lease_field_is_read_from_its_own_column_position():
     for field, column in FIELD_COLUMN.items():
         assert getattr(lease, field) == expected[column], field
     assert lease.worker_id == "the-worker"
+    # A batch whose timestamps came aware in UTC takes them as they are; one
+    # whose timestamps are text (SQLite) or in another zone converts each.
+    as_text = tuple(v.isoformat() if isinstance(v, datetime) else v for v in row)
+    in_paris = tuple(
+        v.astimezone(timezone(timedelta(hours=1))) if isinstance(v, datetime) else v for v in row
+    )
+    for rows in ([row, row], [as_text], [in_paris]):
+        for batch_lease in leases_from_rows(rows, "the-worker"):
+            assert batch_lease == lease
+            assert all(
+                getattr(batch_lease, f).tzinfo is UTC
+                for f in ("acquired_at", "expires_at", "deadline_at", "created_at")
+            )
+    assert leases_from_rows([], "the-worker") == []
 
 
 def test_a_claimed_lease_holds_what_the_row_holds():

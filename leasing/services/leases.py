@@ -39,7 +39,7 @@ from ..sql.runner import (
 from ..sql.terms import ClaimFilters, LeaseTerms
 from .claim_shape import ClaimShape
 from .dependencies import finish_with_dependents
-from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, lease_from_row, outcome_from_row
+from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, leases_from_rows, outcome_from_row
 from .held import refusal as lease_refusal
 from .terms import claim_filters, claim_limits, claim_terms, error_text, retry_backoff_seconds
 
@@ -147,10 +147,8 @@ class LeaseManager:
 
     def leases_from_rows(self, rows: Iterable[Sequence[Any]]) -> list[Lease]:
         """Claimed rows (`sql.LEASE_COLUMNS`) as leases, in claim order, remembered as held."""
-        leases = sorted(
-            (lease_from_row(row, self.worker_id) for row in rows),
-            key=lambda lease: (-lease.priority, lease.created_at, lease.work_item_id),
-        )
+        leases = leases_from_rows(list(rows), self.worker_id)
+        leases.sort(key=lambda lease: (-lease.priority, lease.created_at, lease.work_item_id))
         self.held.add(leases)
         if leases and signals.listened(signals.lease_acquired):
             events = [signals.lease_event(lease) for lease in leases]

@@ -34,7 +34,7 @@ COMPLETED = f"'{WorkItemStatus.COMPLETED.value}'"
 FAILED = f"'{WorkItemStatus.FAILED.value}'"
 
 # What a claim returns: everything a `Lease` carries, in its field order (the
-# holder aside); `lease_from_row` reads them by position.
+# holder aside); `held.leases_from_rows` reads them by position.
 LEASE_COLUMNS = (
     "work_item_id",
     "task_id",
