@@ -1,4 +1,5 @@
-"""The worker's slot table, its executor pool's queue and a run's loss flag, on their own.
+"""The worker's slot table, its watch over deadlines, its executor pool's queue and a run's
+loss flag, on their own.
 
 No database: slots are built from leases made by hand, and the executors run
 handlers that never touch a connection.
@@ -15,7 +16,9 @@ from leasing.handlers import HandlerSpec
 from leasing.heartbeat import Heartbeat
 from leasing.services.held import Lease
 from leasing.worker.executors import ExecutorPool
+from leasing.worker.outcomes import Counters
 from leasing.worker.slots import Slot, SlotState, SlotTable
+from leasing.worker.watch import Watch
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
@@ -182,3 +185,77 @@ def test_a_loss_marked_during_a_wait_wakes_the_waiter():
     # The first reason stays.
     context.mark_lease_lost("something else")
     assert context.lease_lost_reason == "force-released"
+
+
+# --- the watch over deadlines ------------------------------------------------------------
+
+
+class StartsDuringTheWatch(SlotTable):
+    """A table where an executor starts the slot right after the watch's first try."""
+
+    def __init__(self, executor: threading.Thread) -> None:
+        super().__init__()
+        self.executor = executor
+        self.tries: list[tuple[SlotState, SlotState]] = []
+
+    def transition(self, slot: Slot, expected: SlotState, new: SlotState) -> bool:
+        self.tries.append((expected, new))
+        done = super().transition(slot, expected, new)
+        if len(self.tries) == 1:
+            assert self.start(slot, self.executor)  # queued -> running, in between
+        return done
+
+
+class Calls:
+    """Stands in for the recorder and the pool: remembers what the watch asked of them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def time_out(self, slot: Slot) -> None:
+        self.calls.append(("time_out", slot.key))
+
+    def hand_back(self, slot: Slot, why: str) -> None:
+        self.calls.append(("hand_back", slot.key))
+
+    def retire(self, executor: threading.Thread, why: str) -> None:
+        self.calls.append(("retire", executor))
+
+    def supervise(self) -> list[Slot]:
+        return []
+
+
+def test_a_queued_slot_that_starts_while_it_is_timed_out_is_timed_out_as_running():
+    executor = threading.Thread(target=lambda: None)
+    table = StartsDuringTheWatch(executor)
+    due = Slot(lease("late", cap_seconds=1.0), spec(), 60.0, time.monotonic() - 5)
+    table.add_all([due])
+    calls = Calls()
+    done: list[Slot] = []
+    Watch(table, calls, calls, Counters(), done.append).supervise()  # type: ignore[arg-type]
+    # Tried as running (it was queued), then as queued (it had started), then
+    # as running again: timed out, its executor replaced.
+    assert table.tries == [
+        (SlotState.RUNNING, SlotState.ABANDONED),
+        (SlotState.QUEUED, SlotState.ABANDONED),
+        (SlotState.RUNNING, SlotState.ABANDONED),
+    ]
+    assert calls.calls == [("time_out", ("late", 1)), ("retire", executor)]
+    assert due.state is SlotState.ABANDONED
+    assert done == [due]
+    assert due.context is None or due.context.lease_lost
+
+
+def test_a_queued_slot_past_its_deadline_is_handed_back_once():
+    table = SlotTable()
+    due = Slot(lease("late", cap_seconds=1.0), spec(), 60.0, time.monotonic() - 5)
+    fine = Slot(lease("fine", cap_seconds=3600.0), spec(), 60.0)
+    table.add_all([due, fine])
+    calls = Calls()
+    done: list[Slot] = []
+    watch = Watch(table, calls, calls, Counters(), done.append)  # type: ignore[arg-type]
+    watch.supervise()
+    watch.supervise()
+    assert calls.calls == [("hand_back", ("late", 1))]
+    assert done == [due]
+    assert fine.state is SlotState.QUEUED

@@ -36,20 +36,30 @@ class Watch:
             self.recorder.hand_back(slot, "its executor thread died")
             self.on_done(slot)
         for slot in self.slots.past_deadline(time.monotonic()):
-            executor = slot.executor
+            self._end_past_deadline(slot)
+
+    def _end_past_deadline(self, slot: Slot) -> None:
+        """Time out a running run, hand back a queued one; a finished one is being written.
+
+        The table reports a slot once, so a queued slot that starts between the
+        two compare-and-sets is tried again as a running one.
+        """
+        while slot.state in (SlotState.QUEUED, SlotState.RUNNING):
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.ABANDONED):
                 # The handler may never return: tell it, write its ending, and
                 # let a new executor take its place.
                 slot.lose(f"timed out after {round(slot.lease.cap_seconds)} s")
                 self.recorder.time_out(slot)
-                if executor is not None:
+                if slot.executor is not None:  # set with the state, under the table's lock
                     self.pool.retire(
-                        executor, f"its handler of {slot.lease.work_item_id} timed out"
+                        slot.executor, f"its handler of {slot.lease.work_item_id} timed out"
                     )
                 self.on_done(slot)
-            elif self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
+                return
+            if self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
                 self.recorder.hand_back(slot, "it waited past its lease's deadline")
                 self.on_done(slot)
+                return
 
     def lease_lost(self, slot: Slot, error: BaseException) -> None:
         """The renewer could not keep a lease: the run must stop writing."""
