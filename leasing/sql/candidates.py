@@ -96,21 +96,28 @@ def type_branches(d: Dialect, filters: ClaimFilters) -> bool:
 def locked_candidates(
     d: Dialect, filters: ClaimFilters, n: int, *, by_type: bool = False
 ) -> Statement:
-    """The CTE `candidate`: the ids of up to `n` claimable rows, locked (PostgreSQL).
+    """The CTE `candidate(work_item_id, ctid)`: up to `n` claimable rows, locked (PostgreSQL).
 
-    `by_type`: one branch per work type, if the filters allow it.
+    `by_type`: one branch per work type, if the filters allow it. The claim
+    updates the rows by their address (`ctid`): a row this statement locked
+    cannot move.
     """
     if by_type and type_branches(d, filters):
         return _branched(d, filters, n)
-    candidates, params = plain_candidates(d, filters, n)
+    candidates, params = plain_candidates(d, filters, n, columns="work_item_id, ctid")
     return f"candidate AS ({candidates} {d.lock_skip_locked()})", params
 
 
-def plain_candidates(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
-    """The ids of up to `n` claimable rows in claim order: one walk of the claim index."""
+def plain_candidates(
+    d: Dialect, filters: ClaimFilters, n: int, *, columns: str = "work_item_id"
+) -> Statement:
+    """The ids (or `columns`) of up to `n` claimable rows in claim order.
+
+    One walk of the claim index.
+    """
     condition, params = where(d, filters)
     sql = f"""
-        SELECT work_item_id FROM work_items WHERE {condition}
+        SELECT {columns} FROM work_items WHERE {condition}
         ORDER BY {CLAIM_ORDER}
         LIMIT %s
     """
@@ -127,10 +134,10 @@ def _branched(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
     condition, params = where(d, filters, skip=("work_type",))
     sql = f"""
         candidate AS (
-            SELECT c.work_item_id
+            SELECT c.work_item_id, c.ctid
             FROM unnest(%s::text[]) AS t(work_type)
             CROSS JOIN LATERAL (
-                SELECT work_item_id, priority, {AVAILABLE_AT} AS available_at, created_at
+                SELECT work_item_id, ctid, priority, {AVAILABLE_AT} AS available_at, created_at
                 FROM work_items
                 WHERE work_items.work_type >= t.work_type
                   AND work_items.work_type <= t.work_type AND {condition}

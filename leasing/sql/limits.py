@@ -148,10 +148,13 @@ def limited_candidates(
     *,
     after_done: bool = False,
 ) -> Statement:
-    """CTEs ending in `candidate(work_item_id)`: what a limited claim takes (see the module)."""
+    """CTEs ending in `candidate(work_item_id)` (and `ctid` on PostgreSQL, where the
+    rows are locked): what a limited claim takes (see the module)."""
     lock = f" {d.lock_skip_locked()}" if d.is_postgres else ""
+    address = "ctid, " if d.is_postgres else ""
     columns = (
-        f"work_item_id, queue_name, work_type, priority, {AVAILABLE_AT} AS available_at, created_at"
+        f"work_item_id, {address}queue_name, work_type, priority, "
+        f"{AVAILABLE_AT} AS available_at, created_at"
     )
     order = CLAIM_ORDER.replace(AVAILABLE_AT, "available_at")
     room_sql, params = _room_cte(limits, after_done=after_done)
@@ -200,6 +203,9 @@ def limited_candidates(
         rows = _trim(rows, WORK_TYPE, "work_type", order)
     if limited_queues:
         rows = _trim(rows, QUEUE, "queue_name", order)
-    ctes.append(f"candidate AS (SELECT work_item_id FROM ({rows}) AS t ORDER BY {order} LIMIT %s)")
+    ctes.append(
+        f"candidate AS (SELECT work_item_id{', ctid' if d.is_postgres else ''} "
+        f"FROM ({rows}) AS t ORDER BY {order} LIMIT %s)"
+    )
     params.append(n)
     return ", ".join(ctes), params
