@@ -86,55 +86,20 @@ _TIMESTAMPS = tuple(
 
 def lease_from_row(row: Sequence[Any], worker_id: str) -> Lease:
     """A claimed row (`sql.LEASE_COLUMNS`, in that order) as a `Lease`."""
-    # By position, not by name: this runs once per claimed item.
-    (
-        item_id,
-        task_id,
-        work_type,
-        queue_name,
-        priority,
-        input_data,
-        token,
-        acquired_at,
-        expires_at,
-        deadline_at,
-        retry_count,
-        max_retries,
-        interruptions,
-        created_at,
-    ) = row[:_LEASE_WIDTH]
-    return Lease(
-        item_id,
-        task_id,
-        work_type,
-        queue_name,
-        priority,
-        load_json(input_data),
-        token,
-        worker_id,
-        to_datetime(acquired_at),  # type: ignore[arg-type]
-        to_datetime(expires_at),  # type: ignore[arg-type]
-        to_datetime(deadline_at),  # type: ignore[arg-type]
-        retry_count,
-        max_retries,
-        interruptions,
-        to_datetime(created_at),  # type: ignore[arg-type]
-    )
+    return leases_from_rows([row], worker_id)[0]
 
 
 def leases_from_rows(rows: Sequence[Sequence[Any]], worker_id: str) -> list[Lease]:
     """Claimed rows (`sql.LEASE_COLUMNS`, in that order) as leases, in their order.
 
-    The rows of one result share their column types, so the first row tells
-    whether the timestamps came aware in UTC already (PostgreSQL, through
-    psycopg's loader): then no value goes through `to_datetime`, whose call
-    for each of four timestamps a row cost more than the rest of the row.
+    By position, not by name: this runs once per claimed item. The rows of
+    one result share their column types, so the first row tells whether the
+    timestamps came aware in UTC already (PostgreSQL, through psycopg's
+    loader): then no value goes through `to_datetime`, whose call for each
+    of four timestamps a row cost more than the rest of the row.
     """
-    if not rows:
-        return []
-    first = rows[0]
-    if not all(_in_utc(first[i]) for i in _TIMESTAMPS):
-        return [lease_from_row(row, worker_id) for row in rows]
+    if rows and not all(_in_utc(rows[0][i]) for i in _TIMESTAMPS):
+        rows = [_in_utc_row(row) for row in rows]
     return [
         Lease(
             r[0],
@@ -155,6 +120,14 @@ def leases_from_rows(rows: Sequence[Sequence[Any]], worker_id: str) -> list[Leas
         )
         for r in rows
     ]
+
+
+def _in_utc_row(row: Sequence[Any]) -> list[Any]:
+    """The row with its timestamps as aware UTC datetimes (text from SQLite, other zones)."""
+    converted = list(row[:_LEASE_WIDTH])
+    for i in _TIMESTAMPS:
+        converted[i] = to_datetime(converted[i])
+    return converted
 
 
 def _in_utc(value: Any) -> bool:
