@@ -194,3 +194,46 @@ def test_a_large_batch_with_rules_is_validated_before_it_is_written():
     with pytest.raises(InvalidInput, match=f"item {LARGE - 1}"):
         enqueue_many(specs)
     assert WorkItem.objects.count() == 0
+
+
+def _listening():
+    """A psycopg connection of its own, LISTENing to the enqueue channel."""
+    import psycopg
+
+    from leasing.sql.new_items import NOTIFY_CHANNEL
+    from tests.conftest import database_url
+
+    listener = psycopg.connect(database_url(), autocommit=True)
+    listener.execute(f'LISTEN "{NOTIFY_CHANNEL}"')
+    return listener
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_a_plain_batch_is_one_statement_that_commits_and_wakes_each_queue_once(db):
+    specs = [
+        {"task_id": f"t{i}", "work_type": "w", "queue_name": ("a", "b")[i % 2]} for i in range(10)
+    ]
+    with _listening() as listener:
+        with CaptureQueriesContext(connection) as queries:
+            enqueue_many(specs)
+        # Committed when it returns: another connection sees every row at once.
+        seen = listener.execute("SELECT count(*) FROM work_items").fetchone()[0]
+        payloads = sorted(n.payload for n in listener.notifies(timeout=0.5))
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["WITH"]
+    assert seen == 10
+    assert payloads == ["a", "b"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_a_batch_in_a_callers_rolled_back_transaction_wakes_nobody(db):
+    with _listening() as listener:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            enqueue_many([{"task_id": "t", "work_type": "w", "queue_name": "q"}])
+            # Not committed yet: invisible to others, and no NOTIFY delivered.
+            assert listener.execute("SELECT count(*) FROM work_items").fetchone()[0] == 0
+            assert list(listener.notifies(timeout=0.2)) == []
+            raise RuntimeError("the caller's transaction rolls back")
+        assert list(listener.notifies(timeout=0.3)) == []
+    assert WorkItem.objects.count() == 0

@@ -223,10 +223,7 @@ def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") 
         with translate_db_errors(), transaction.atomic(using=using):
             return insert_with_rules(using, new_items)
 
-    with translate_db_errors(), transaction.atomic(using=using):
-        created_at = _insert(using, new_items)
-        if Dialect(using).is_postgres:
-            run(using, sql.notify(i.queue_name for i in new_items))
+    created_at = _insert(using, new_items)
     return _instances(new_items, created_at, using)
 
 
@@ -327,19 +324,22 @@ def _instances(
 
 
 def _insert(using: str, items: list[NewItem]) -> Callable[[NewItem], datetime | None]:
-    """Insert the rows; returns each row's creation time (the database clock)."""
+    """Insert the rows and wake idle workers; returns each row's creation time (database clock).
+
+    PostgreSQL: one statement (below `sql.COPY_THRESHOLD` items; larger plain
+    batches are streamed), so no transaction of ours is needed around it.
+    """
     d = Dialect(using)
-    if d.is_postgres and len(items) >= sql.COPY_THRESHOLD:
-        created_at = sql.copy_postgres(using, items)
-        return lambda _item: created_at
     if d.is_postgres:
-        row = run_one(using, sql.insert_postgres(items))
+        with translate_db_errors():
+            row = run_one(using, sql.insert_postgres(items))
         assert row is not None and row["inserted"] == len(items)  # all or nothing
         created_at = to_datetime(row["created_at"])
         return lambda _item: created_at
     stamps: dict[str, datetime | None] = {}
-    for start in range(0, len(items), sql.SQLITE_ROWS_PER_INSERT):
-        chunk = items[start : start + sql.SQLITE_ROWS_PER_INSERT]
-        for row in run(using, sql.insert_sqlite(d, chunk)):
-            stamps[row["work_item_id"]] = to_datetime(row["created_at"])
+    with translate_db_errors(), transaction.atomic(using=using):
+        for start in range(0, len(items), sql.SQLITE_ROWS_PER_INSERT):
+            chunk = items[start : start + sql.SQLITE_ROWS_PER_INSERT]
+            for row in run(using, sql.insert_sqlite(d, chunk)):
+                stamps[row["work_item_id"]] = to_datetime(row["created_at"])
     return lambda item: stamps[item.work_item_id]
