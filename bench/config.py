@@ -70,6 +70,7 @@ class Sizes:
     steady_workers: int = 4
     steady_loads: list[float] = field(default_factory=lambda: [0.5, 0.9])
     steady_seconds: float = 60.0
+    steady_capacity_seconds: float = 20.0
     peers_items: int = 20_000
     peers_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
     peers_window_s: float = 4.0
@@ -119,6 +120,7 @@ class Sizes:
             steady_workers=2,
             steady_loads=[0.5],
             steady_seconds=3.0,
+            steady_capacity_seconds=4.0,
             peers_items=300,
             peers_workers=[1],
             peers_window_s=2.0,

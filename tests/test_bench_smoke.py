@@ -89,6 +89,8 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert machine["postgresql"]
     assert machine["pg_settings"]["synchronous_commit"]
     assert _positive(machine["raw_loop_probe"]["jobs_per_s"])
+    commit = machine["commit_probe"]
+    assert commit["n"] == 1_000 and 0 < commit["p50"] <= commit["p99"] <= commit["max"], commit
 
     enqueue = records["enqueue"]
     assert enqueue["items"] > 0 and _positive(enqueue["seconds"])
@@ -173,7 +175,12 @@ def test_quick_bench_reports_every_scenario() -> None:
 
     steady = records["steady"]
     assert _positive(steady["capacity_jobs_per_s"])
+    assert _positive(steady["drain_capacity_jobs_per_s"])
     for run in steady["runs"]:
+        calls = run["producer"]["enqueue_ms"]
+        assert calls["n"] > 0 and 0 < calls["p50"] <= calls["p99"] <= calls["max"], run
+        # The server here runs without autovacuum: the bench vacuums while it produces.
+        assert run["vacuums"]["by"] in ("bench", "autovacuum"), run
         assert run["completed"] == run["producer"]["enqueued"] > 0, run
         assert _positive(run["enqueue_to_start_ms"]["p99"]), run
         assert run["enqueue_to_completion_ms"]["p50"] >= run["enqueue_to_start_ms"]["p50"], run

@@ -6,12 +6,13 @@ import contextlib
 import os
 import platform
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, progress
+from bench.common import ROOT, connect, progress, summary_ms
 from bench.config import RUNWORKER_OPTIONS
 from bench.context import Bench
 from bench.drain import drain_ceiling
@@ -61,7 +62,32 @@ def run(bench: Bench) -> dict[str, Any]:
         "sizes": asdict(bench.sizes),
         "runworker_options": list(RUNWORKER_OPTIONS),
         "raw_loop_probe": raw_loop_probe(bench),
+        "commit_probe": commit_probe(bench),
     }
+
+
+COMMIT_PROBES = 1_000
+COMMIT_PROBE_GAP_S = 0.005
+
+
+def commit_probe(bench: Bench) -> dict[str, Any]:
+    """How long this host's server takes to commit one row, idle: a commit
+    returns once its WAL reached the disk (synchronous_commit), and no worker
+    sees an enqueued item before its commit returns, so the tail of this
+    figure is a floor under every enqueue->start latency of the run."""
+    progress(f"  commit probe: {COMMIT_PROBES} one-row commits")
+    seconds: list[float] = []
+    with connect(bench.url) as conn:
+        conn.execute("CREATE TABLE bench_commit_probe (x int)")
+        try:
+            for _ in range(COMMIT_PROBES):
+                started = time.perf_counter()
+                conn.execute("INSERT INTO bench_commit_probe VALUES (1)")
+                seconds.append((time.perf_counter() - started) * 1000)
+                time.sleep(COMMIT_PROBE_GAP_S)
+        finally:
+            conn.execute("DROP TABLE bench_commit_probe")
+    return summary_ms(seconds)
 
 
 def raw_loop_probe(bench: Bench) -> dict[str, Any]:
@@ -94,4 +120,9 @@ def rows(m: dict[str, Any]) -> Iterator[Row]:
     yield Row(
         f"raw loop probe x{probe.get('workers')}, {probe.get('items', 0):,} items, jobs/s",
         probe.get("jobs_per_s"),
+    )
+    commit = m.get("commit_probe") or {}
+    yield Row(
+        f"one-row commit, idle server ({commit.get('n')}): p50 / p99 / max ms",
+        f"{commit.get('p50')} / {commit.get('p99')} / {commit.get('max')}",
     )

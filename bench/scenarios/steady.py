@@ -1,24 +1,34 @@
-"""steady: a producer at 50% and 90% of measured capacity for 60 s while 4 workers run.
+"""steady: a producer at 50% and 90% of the steady capacity for 60 s while 4 workers run.
 
-Capacity is runworker's jobs/s at 4 processes in this bench's throughput
-scenario (the median of its alternated default-logging drains; or a drain of
-M items measured here when that did not run). Four
-`runworker` processes (default settings, no --burst) wait, LISTENing; a
-producer process (`bench.producer`) then enqueues at the fixed rate with
-`enqueue_many()` every 10 ms. Reported: enqueue->start and enqueue->completion
-p50/p99 of every item (database clock), enqueue->start also by 10 s of enqueue
-time, the backlog (pending + in progress)
+Four `runworker` processes (default settings, no --burst) wait, LISTENing; a
+producer process (`bench.producer`) then enqueues at a fixed rate with
+`enqueue_many()` every 10 ms. The steady capacity is measured first, the same
+way: the producer asks for twice the drain capacity (runworker's jobs/s at 4
+processes in the throughput scenario, or a drain measured here) for 20 s, and
+the capacity is the items completed per second over its last 15; the
+producer shares this host's CPUs with the workers and the server, so it is
+below the drain capacity. Reported per load: enqueue->start and
+enqueue->completion p50/p99 of every item (database clock) from the INSERT's
+statement time (`created_at`), the start latency also by 10 s of enqueue
+time, the wall time of the producer's `enqueue_many()` calls (no worker
+sees an item before its call commits), the backlog (pending + in progress)
 sampled every second, the rate the producer held, and the cost per job.
+Production runs autovacuum; where this server does not, the bench vacuums
+`work_items` a second after each vacuum ends, as autovacuum with a one-second
+`autovacuum_naptime` and the table's thresholds would (README, PostgreSQL
+maintenance).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from statistics import median
 from typing import Any
 
-from bench.common import PYTHON, BenchError, progress, wait_for
+from bench.common import PYTHON, BenchError, connect, progress, wait_for
 from bench.context import Bench
 from bench.drain import cost_per_job, drain_runworker
 from bench.measure import proc_cpu_s, rnd
@@ -30,9 +40,12 @@ from bench.scenarios.throughput import runworker_rates
 START_P99_MS = 20.0
 WINDOW_S = 10  # enqueue->start p50/p99 are also reported per window of this many seconds
 BACKLOG = "SELECT count(*) FROM work_items WHERE status IN ('pending', 'in_progress')"
+# The first quarter of the capacity run (5 of 20 s) starts from idle workers: not counted.
+CAPACITY_SKIP_SHARE = 0.25
+VACUUM_PAUSE_S = 1.0
 
 
-def capacity(bench: Bench, n: int) -> float:
+def drain_capacity(bench: Bench, n: int) -> float:
     # The median of throughput's alternated default drains where it has them:
     # one drain swung by a quarter, and "50%" of a fast outlier is nearer 60%
     # of the usual rate.
@@ -45,13 +58,15 @@ def capacity(bench: Bench, n: int) -> float:
 
 def run(bench: Bench) -> dict[str, Any]:
     n = bench.sizes.steady_workers
-    cap = capacity(bench, n)
+    drained = drain_capacity(bench, n)
+    cap = steady_capacity(bench, n, 2 * drained)
     runs = [steady(bench, n, load, cap * load) for load in bench.sizes.steady_loads]
     at_half = next((r for r in runs if r["load"] == 0.5), None)
     p99 = at_half["enqueue_to_start_ms"]["p99"] if at_half else None
     return {
         "measures": __doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else "",
         "workers": n,
+        "drain_capacity_jobs_per_s": drained,
         "capacity_jobs_per_s": cap,
         "runs": runs,
         "start_p99_ms_at_half": p99,
@@ -60,24 +75,47 @@ def run(bench: Bench) -> dict[str, Any]:
     }
 
 
+def steady_capacity(bench: Bench, n: int, rate: float) -> float:
+    """Items completed a second while the producer asks for more than the workers take."""
+    seconds = bench.sizes.steady_capacity_seconds
+    produce(bench, n, "capacity", rate, seconds)
+    done, seconds = bench.sql(
+        """
+        WITH span AS (SELECT min(created_at) + make_interval(secs => %s) AS t0,
+                             max(created_at) AS t1 FROM work_items)
+        SELECT count(*) FILTER (WHERE completed_at >= t0 AND completed_at < t1),
+               extract(epoch FROM max(t1) - max(t0))
+        FROM work_items, span
+        """,
+        [seconds * CAPACITY_SKIP_SHARE],
+    )[0]
+    return round(done / max(float(seconds), 1e-3), 1)
+
+
 def steady(bench: Bench, n: int, load: float, rate: float) -> dict[str, Any]:
-    seconds = bench.sizes.steady_seconds
+    run = produce(bench, n, f"{load:g}", rate, bench.sizes.steady_seconds)
+    return {"load": load, **run, **latencies(bench)}
+
+
+def produce(bench: Bench, n: int, label: str, rate: float, seconds: float) -> dict[str, Any]:
+    """n idle workers, then the producer at `rate` for `seconds`, until the backlog is done."""
     bench.reset()
     bench.checkpoint()
-    procs = [bench.runworker(name=f"steady-{load:g}-{i}") for i in range(n)]
-    out = bench.log_dir / f"producer-{load:g}.json"
+    procs = [bench.runworker(name=f"steady-{label}-{i}") for i in range(n)]
+    out = bench.log_dir / f"producer-{label}.json"
     try:
         wait_for(lambda: ready_workers(bench, n), 90, f"{n} idle workers listening")
-        progress(f"  load {load:.0%}: {rate:.0f} items/s for {seconds:g} s, {n} workers")
+        progress(f"  {label}: {rate:.0f} items/s for {seconds:g} s, {n} workers")
         cpu0 = sum(proc_cpu_s(p.pid) for p in procs)
         xact0 = bench.xact_commits()
         producer, _ = bench.procs.spawn(
             [PYTHON, "-m", "bench.producer", str(out), "--rate", f"{rate:.1f}",
              "--seconds", str(seconds)],
             env=bench.env,
-            name=f"producer-{load:g}",
+            name=f"producer-{label}",
         )  # fmt: skip
-        with Sampler(bench.url, {}, 1.0, lambda conn: conn.execute(BACKLOG).fetchone()[0]) as s:
+        sampler = Sampler(bench.url, {}, 1.0, lambda conn: conn.execute(BACKLOG).fetchone()[0])
+        with Vacuumer(bench) as vacuums, sampler as s:
             bench.procs.wait_all([producer], timeout_s=seconds + 60, what="producer")
             bench.check_exit([producer], "producer")
             made = json.loads(out.read_text())
@@ -92,16 +130,58 @@ def steady(bench: Bench, n: int, load: float, rate: float) -> dict[str, Any]:
         for proc in procs:
             bench.procs.stop(proc, grace_s=15)
     bench.check_exit(procs, "runworker")
-    if s.error is not None:
-        raise BenchError(f"the backlog sampler failed: {s.error}")
+    for what, error in (("backlog sampler", s.error), ("vacuum", vacuums.error)):
+        if error is not None:
+            raise BenchError(f"the {what} failed: {error}")
     return {
-        "load": load,
         "target_rate": round(rate, 1),
         "producer": made,
-        **latencies(bench),
         "backlog": backlog_summary(s.series),
+        "vacuums": vacuums.summary(),
         **cost_per_job(bench, made["enqueued"], cpu1 - cpu0, xact0),
     }
+
+
+class Vacuumer:
+    """`VACUUM work_items` a second after each one ends, where the server runs no autovacuum."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.url = bench.url
+        self.needed = bench.one("SHOW autovacuum") == "off"
+        self.seconds: list[float] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-vacuum", daemon=True)
+
+    def __enter__(self) -> Vacuumer:
+        if self.needed:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self.needed:
+            self._thread.join(timeout=120)
+
+    def _run(self) -> None:
+        try:
+            with connect(self.url) as conn:
+                while not self._stop.wait(VACUUM_PAUSE_S):
+                    started = time.perf_counter()
+                    conn.execute("VACUUM work_items")
+                    self.seconds.append(time.perf_counter() - started)
+        except BaseException as exc:  # reported by the scenario, never lost in a thread
+            self.error = exc
+
+    def summary(self) -> dict[str, Any]:
+        if not self.needed:
+            return {"by": "autovacuum"}
+        return {
+            "by": "bench",
+            "count": len(self.seconds),
+            "median_s": rnd(median(self.seconds)) if self.seconds else None,
+            "max_s": rnd(max(self.seconds)) if self.seconds else None,
+        }
 
 
 def latencies(bench: Bench) -> dict[str, Any]:
@@ -115,9 +195,8 @@ def latencies(bench: Bench) -> dict[str, Any]:
         FROM work_items
         """
     )[0]
-    # The same by WINDOW_S of enqueue time: without a vacuum the start latency
-    # climbs through the run as claimed items' dead entries pile up at the
-    # front of the claim index (BENCHMARKS.md), which one p99 hides.
+    # By WINDOW_S of enqueue time: a start latency that climbs through the run
+    # (dead claim-index entries piling up without a vacuum) shows here.
     windows = bench.sql(
         f"""
         WITH first AS (SELECT min(created_at) AS t0 FROM work_items)
@@ -151,35 +230,45 @@ def backlog_summary(series: list[tuple[float, Any]]) -> dict[str, Any]:
 
 def rows(r: dict[str, Any]) -> Iterator[Row]:
     yield Row(
-        f"steady state x{r['workers']}: capacity jobs/s (throughput)", r["capacity_jobs_per_s"]
+        f"steady state x{r['workers']}: capacity items/s (drain capacity)",
+        f"{r['capacity_jobs_per_s']} ({r.get('drain_capacity_jobs_per_s')})",
     )
     for run in r["runs"]:
-        label = f"  {run['load']:.0%} load: rate held / asked"
-        yield Row(label, f"{run['producer']['rate']} / {run['target_rate']} items/s")
+        load = f"  {run['load']:.0%} load"
+        yield Row(
+            f"{load}: rate held / asked",
+            f"{run['producer']['rate']} / {run['target_rate']} items/s",
+        )
         is_target = run["load"] == 0.5
         yield Row(
-            f"  {run['load']:.0%} load: enqueue->start p50/p99 ms",
+            f"{load}: enqueue->start p50/p99 ms",
             p50_p99(run["enqueue_to_start_ms"]),
             f"p99 < {START_P99_MS:g}" if is_target else "",
             r["met"] if is_target else None,
             absolute=True,
         )
-        by_window = run.get("enqueue_to_start_ms_by_window")
-        if by_window:
-            yield Row(
-                f"  {run['load']:.0%} load: enqueue->start p50/p99 ms by {WINDOW_S} s window",
-                ", ".join(p50_p99(w) for w in by_window),
-            )
         yield Row(
-            f"  {run['load']:.0%} load: enqueue->completion p50/p99 ms",
+            f"{load}: enqueue->start p50/p99 ms by {WINDOW_S} s window",
+            ", ".join(p50_p99(w) for w in run["enqueue_to_start_ms_by_window"]),
+        )
+        yield Row(
+            f"{load}: enqueue->completion p50/p99 ms",
             p50_p99(run["enqueue_to_completion_ms"]),
         )
-        tail = [v for _, v in run["backlog"]["per_second"][-5:]]
+        calls = run["producer"]["enqueue_ms"]
         yield Row(
-            f"  {run['load']:.0%} load: backlog max, last 5 samples",
-            f"{run['backlog']['max']}, {tail}",
+            f"{load}: the producer's enqueue_many() p50/p99/max ms",
+            f"{calls.get('p50')} / {calls.get('p99')} / {calls.get('max')}",
         )
+        tail = [v for _, v in run["backlog"]["per_second"][-5:]]
+        yield Row(f"{load}: backlog max, last 5 samples", f"{run['backlog']['max']}, {tail}")
+        vac = run["vacuums"]
+        if vac["by"] == "bench":
+            yield Row(
+                f"{load}: VACUUM work_items by the bench (count, median/max s)",
+                f"{vac['count']}, {vac['median_s']}/{vac['max_s']}",
+            )
         yield Row(
-            f"  {run['load']:.0%} load: client CPU us/job, xact/job",
+            f"{load}: client CPU us/job, xact/job",
             f"{run['client_cpu_us_per_job']}, {run['xact_per_job']}",
         )
