@@ -79,7 +79,7 @@ def steady_capacity(bench: Bench, n: int, rate: float) -> float:
     """Items completed a second while the producer asks for more than the workers take."""
     seconds = bench.sizes.steady_capacity_seconds
     produce(bench, n, "capacity", rate, seconds)
-    done, seconds = bench.sql(
+    done, window_s = bench.sql(
         """
         WITH span AS (SELECT min(created_at) + make_interval(secs => %s) AS t0,
                              max(created_at) AS t1 FROM work_items)
@@ -89,7 +89,7 @@ def steady_capacity(bench: Bench, n: int, rate: float) -> float:
         """,
         [seconds * CAPACITY_SKIP_SHARE],
     )[0]
-    return round(done / max(float(seconds), 1e-3), 1)
+    return round(done / max(float(window_s), 1e-3), 1)
 
 
 def steady(bench: Bench, n: int, load: float, rate: float) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def produce(bench: Bench, n: int, label: str, rate: float, seconds: float) -> di
     out = bench.log_dir / f"producer-{label}.json"
     try:
         wait_for(lambda: ready_workers(bench, n), 90, f"{n} idle workers listening")
-        progress(f"  {label}: {rate:.0f} items/s for {seconds:g} s, {n} workers")
+        progress(f"  {label}: the producer asks {rate:.0f} items/s for {seconds:g} s, {n} workers")
         cpu0 = sum(proc_cpu_s(p.pid) for p in procs)
         xact0 = bench.xact_commits()
         producer, _ = bench.procs.spawn(
