@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -13,8 +14,9 @@ import time_machine
 
 from leasing import LeaseManager
 from leasing.exceptions import LeaseExpiredError
-from leasing.models import WorkItem
+from leasing.models import Worker, WorkItem
 from leasing.sql.runner import database_now
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,14 +116,14 @@ def test_eight_runworker_processes_run_every_item_exactly_once(make_items, spawn
     from leasing import enqueue_many
 
     record = tmp_path / "runs.txt"
-    items = enqueue_many([{"task_id": f"t{i}", "work_type": "test.noop"} for i in range(2000)])
+    specs = [{"task_id": f"t{i}", "work_type": "test.noop"} for i in range(2000)]
 
-    def start() -> list[subprocess.Popen[str]]:
+    def start(*burst: str) -> list[subprocess.Popen[str]]:
         return [
             spawn(
                 "manage.py",
                 "runworker",
-                "--burst",
+                *burst,
                 "--poll-interval",
                 "0.05",
                 "--work-type",
@@ -131,10 +133,20 @@ def test_eight_runworker_processes_run_every_item_exactly_once(make_items, spawn
             for _ in range(8)
         ]
 
-    # On PostgreSQL behind a gate: the table refuses writes until all eight
-    # wait on their first claim, so one process cannot drain it while the
-    # others are still starting up (it did, on a slow host).
-    procs = _behind_a_gate(start) if connection.vendor == "postgresql" else start()
+    # One process must not drain the table while the others are still starting
+    # up (it did, on a slow host). PostgreSQL: behind a gate, the table refuses
+    # writes until all eight wait on their first claim. SQLite has no such gate:
+    # the eight start idle, and the items arrive once all of them are polling.
+    if connection.vendor == "postgresql":
+        items = enqueue_many(specs)
+        procs = _behind_a_gate(lambda: start("--burst"))
+    else:
+        procs = start()
+        wait_for(lambda: Worker.objects.filter(status="running").count() == 8, timeout=120)
+        items = enqueue_many(specs)
+        wait_for(lambda: WorkItem.objects.completed().count() == 2000, timeout=120)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
     for proc in procs:
         _out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
