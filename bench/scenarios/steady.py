@@ -21,14 +21,14 @@ maintenance).
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
 from statistics import median
 from typing import Any
 
-from bench.common import PYTHON, BenchError, connect, progress, wait_for
+from bench.common import PYTHON, BenchError, progress, wait_for
 from bench.context import Bench
 from bench.drain import cost_per_job, drain_runworker
 from bench.measure import proc_cpu_s, rnd
@@ -83,9 +83,9 @@ def steady_capacity(bench: Bench, n: int, rate: float) -> float:
         """
         WITH span AS (SELECT min(created_at) + make_interval(secs => %s) AS t0,
                              max(created_at) AS t1 FROM work_items)
-        SELECT count(*) FILTER (WHERE completed_at >= t0 AND completed_at < t1),
-               extract(epoch FROM max(t1) - max(t0))
-        FROM work_items, span
+        SELECT (SELECT count(*) FROM work_items WHERE completed_at >= t0 AND completed_at < t1),
+               extract(epoch FROM t1 - t0)
+        FROM span
         """,
         [seconds * CAPACITY_SKIP_SHARE],
     )[0]
@@ -115,7 +115,12 @@ def produce(bench: Bench, n: int, label: str, rate: float, seconds: float) -> di
             name=f"producer-{label}",
         )  # fmt: skip
         sampler = Sampler(bench.url, {}, 1.0, lambda conn: conn.execute(BACKLOG).fetchone()[0])
-        with Vacuumer(bench) as vacuums, sampler as s:
+        # Where the server runs no autovacuum, a sampler whose probe is a VACUUM
+        # stands in for it: one a second after the one before ended.
+        vacuums = None
+        if bench.one("SHOW autovacuum") == "off":
+            vacuums = Sampler(bench.url, {}, VACUUM_PAUSE_S, vacuum)
+        with vacuums or contextlib.nullcontext(), sampler as s:
             bench.procs.wait_all([producer], timeout_s=seconds + 60, what="producer")
             bench.check_exit([producer], "producer")
             made = json.loads(out.read_text())
@@ -130,58 +135,35 @@ def produce(bench: Bench, n: int, label: str, rate: float, seconds: float) -> di
         for proc in procs:
             bench.procs.stop(proc, grace_s=15)
     bench.check_exit(procs, "runworker")
-    for what, error in (("backlog sampler", s.error), ("vacuum", vacuums.error)):
+    for what, error in (("backlog sampler", s.error), ("vacuum", vacuums and vacuums.error)):
         if error is not None:
             raise BenchError(f"the {what} failed: {error}")
     return {
         "target_rate": round(rate, 1),
         "producer": made,
         "backlog": backlog_summary(s.series),
-        "vacuums": vacuums.summary(),
+        "vacuums": vacuum_summary(vacuums),
         **cost_per_job(bench, made["enqueued"], cpu1 - cpu0, xact0),
     }
 
 
-class Vacuumer:
-    """`VACUUM work_items` a second after each one ends, where the server runs no autovacuum."""
+def vacuum(conn: Any) -> float:
+    """`VACUUM work_items` (a `Sampler` probe); returns its seconds."""
+    started = time.perf_counter()
+    conn.execute("VACUUM work_items")
+    return time.perf_counter() - started
 
-    def __init__(self, bench: Bench) -> None:
-        self.url = bench.url
-        self.needed = bench.one("SHOW autovacuum") == "off"
-        self.seconds: list[float] = []
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-vacuum", daemon=True)
 
-    def __enter__(self) -> Vacuumer:
-        if self.needed:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self.needed:
-            self._thread.join(timeout=120)
-
-    def _run(self) -> None:
-        try:
-            with connect(self.url) as conn:
-                while not self._stop.wait(VACUUM_PAUSE_S):
-                    started = time.perf_counter()
-                    conn.execute("VACUUM work_items")
-                    self.seconds.append(time.perf_counter() - started)
-        except BaseException as exc:  # reported by the scenario, never lost in a thread
-            self.error = exc
-
-    def summary(self) -> dict[str, Any]:
-        if not self.needed:
-            return {"by": "autovacuum"}
-        return {
-            "by": "bench",
-            "count": len(self.seconds),
-            "median_s": rnd(median(self.seconds)) if self.seconds else None,
-            "max_s": rnd(max(self.seconds)) if self.seconds else None,
-        }
+def vacuum_summary(vacuums: Sampler | None) -> dict[str, Any]:
+    if vacuums is None:
+        return {"by": "autovacuum"}
+    seconds = [v for _, v in vacuums.series]
+    return {
+        "by": "bench",
+        "count": len(seconds),
+        "median_s": rnd(median(seconds)) if seconds else None,
+        "max_s": rnd(max(seconds)) if seconds else None,
+    }
 
 
 def latencies(bench: Bench) -> dict[str, Any]:
