@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import (
+    LISTENING,
     PYTHON,
     ROOT,
     BenchError,
@@ -136,10 +137,10 @@ class Bench:
         )
 
     def listening(self) -> int:
-        """Backends of this database whose last statement was a LISTEN."""
+        """Backends of this database that are a worker's listener (`LISTENING`)."""
         return self.one(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND left(query, 6) = 'LISTEN'"
+            f"AND {LISTENING}"
         )
 
     # --- subprocesses -------------------------------------------------------------------------

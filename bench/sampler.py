@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import connect
+from bench.common import LISTENING, connect
 
 
 def rss_mib(pid: int) -> float | None:
@@ -68,7 +68,7 @@ class Sampler:
 
     def _sample(self, conn: Any) -> None:
         got = conn.execute(
-            "SELECT application_name, count(*), count(*) FILTER (WHERE left(query, 6) = 'LISTEN') "
+            f"SELECT application_name, count(*), count(*) FILTER (WHERE {LISTENING}) "
             "FROM pg_stat_activity WHERE datname = current_database() "
             "AND application_name = ANY(%s) GROUP BY 1",
             [list(self.pids)],

@@ -16,7 +16,8 @@ each SET list, the database clock), so a change to a transition is one edit:
 * `recovery`    the sweep's recovery of expired leases, with its checkpoints;
 * `checkpoints` appending checkpoints (fenced by a lease or not), retention;
 * `idempotency` claiming, taking over and finishing idempotency keys;
-* `processes`   the `workers` table: register, beat, scans, status, lost.
+* `processes`   the `workers` table: register, beat, scans, status, lost;
+* `wakes`       which idle worker answers a wake (the lead's advisory lock, the handoff).
 
 The services (`leasing.services`) call these functions; the runtimes (worker,
 sweep) and the edges (admin, commands) call the services.

@@ -61,6 +61,7 @@ class Dispatcher:
         self.on_done = on_done
         self.wake = wake
         self._finished: list[Finished] = []
+        self.last_asked = 0  # the number of items the last round trip asked for
         self._lock = threading.Lock()
         self._avg_run_seconds: float | None = None
         # `prefetch()` as of the last round trip: executors read it after every
@@ -114,6 +115,10 @@ class Dispatcher:
             return min(MAX_PREFETCH, max(4 * self.config.concurrency, ahead))
         return 0
 
+    def has_room(self) -> bool:
+        """Whether a claim now would ask for at least one item."""
+        return self._capacity(0) > 0
+
     def _capacity(self, finishing: int) -> int:
         c = self.config
         capacity = c.concurrency + self._prefetch - (len(self.slots) - finishing)
@@ -136,6 +141,7 @@ class Dispatcher:
         batch = self._take()
         done = [(slot.lease, output) for slot, output in batch]
         capacity = self._capacity(len(batch)) if claiming else 0
+        self.last_asked = capacity
         c = self.config
         try:
             if capacity > 0:

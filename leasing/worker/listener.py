@@ -3,7 +3,9 @@
 The listener holds a session connection of its own (LISTEN needs a session,
 so behind a transaction pooler `LEASING["LISTEN_DATABASE"]` names a direct
 connection, or `LEASING["LISTEN"] = False` makes workers poll). Polling with
-jitter stays the fallback whenever the listener is down.
+jitter stays the fallback whenever the listener is down. With `leadership`
+one idle worker of a claim key answers each wake, not all of them
+(`leasing.worker.leadership`).
 """
 
 from __future__ import annotations
@@ -11,23 +13,34 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from django.db import connections
 
 from ..sql.new_items import NOTIFY_CHANNEL
+from ..sql.wakes import HANDOFF_CHANNEL
+from .leadership import Leadership
 
 logger = logging.getLogger("leasing.worker")
 
+IDLE_WAIT_S = 0.25  # how often the thread looks whether it should stop
+
 
 class NotifyListener:
-    """A daemon thread calling `on_notify()` for each NOTIFY about one of `queues`."""
+    """A daemon thread calling `on_notify()` for each NOTIFY about one of `queues` that this
+    worker answers (all of them without `leadership`)."""
 
     def __init__(
-        self, using: str, queues: tuple[str, ...] | None, on_notify: Callable[[], None]
+        self,
+        using: str,
+        queues: tuple[str, ...] | None,
+        on_notify: Callable[[], None],
+        leadership: Leadership | None = None,
     ) -> None:
         self.using = using
         self.queues = set(queues) if queues else None
         self.on_notify = on_notify
+        self.leadership = leadership
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="notify-listener", daemon=True)
 
@@ -51,11 +64,33 @@ class NotifyListener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as conn:
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
-                    while not self._stop.is_set():
-                        for note in conn.notifies(timeout=0.25):
-                            if self.queues is None or note.payload in self.queues:
-                                self.on_notify()
+                    for channel in (NOTIFY_CHANNEL, HANDOFF_CHANNEL):
+                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self._listen(conn)
             except psycopg.Error as exc:
                 logger.debug("notify listener reconnecting: %s", exc)
                 self._stop.wait(1.0)
+            finally:
+                if self.leadership is not None:
+                    self.leadership.disconnected()
+
+    def _listen(self, conn: Any) -> None:
+        lead = self.leadership
+        while not self._stop.is_set():
+            # One NOTIFY at a time: the leadership's statements run on this
+            # connection between waits, never inside one.
+            wait_s = lead.wait_s(IDLE_WAIT_S) if lead is not None else IDLE_WAIT_S
+            notes = list(conn.notifies(timeout=wait_s, stop_after=1))
+            answered = [self._answers(conn, note.channel, note.payload) for note in notes]
+            if lead is not None and lead.tick(conn):
+                answered.append(True)
+            if any(answered):
+                self.on_notify()
+
+    def _answers(self, conn: Any, channel: str, payload: str) -> bool:
+        lead = self.leadership
+        if channel == HANDOFF_CHANNEL:
+            return lead is not None and lead.handed_off(conn, payload)
+        if self.queues is not None and payload not in self.queues:
+            return False
+        return lead is None or lead.woken(conn)

@@ -31,6 +31,7 @@ from ..sql.runner import close_connection, is_lock_conflict
 from ..states import WorkerRole, WorkerStatus
 from .dispatcher import Dispatcher
 from .executors import ExecutorPool
+from .leadership import Leadership, claim_key
 from .listener import NotifyListener
 from .options import WorkerConfig, WorkerOptions, resolve
 from .outcomes import Counters, Recorder, WorkerSummary, one_line
@@ -93,6 +94,7 @@ class WorkerRuntime:
             max_failures=config.heartbeat_max_failures,
         )
         self.listener: NotifyListener | None = None
+        self.leadership: Leadership | None = None
         self.signals = ShutdownSignals(self._on_signal)
 
     # --- control -----------------------------------------------------------------------
@@ -137,7 +139,10 @@ class WorkerRuntime:
         self.pool.start()
         self.renewer.start()
         if c.listen_database is not None and Dialect(c.using).is_postgres:
-            self.listener = NotifyListener(c.listen_database, c.filters.queues, self._on_notify)
+            self.leadership = Leadership(claim_key(c.filters), self._has_room)
+            self.listener = NotifyListener(
+                c.listen_database, c.filters.queues, self._on_notify, self.leadership
+            )
             self.listener.start()
         reason = "stopped"
         try:
@@ -180,6 +185,8 @@ class WorkerRuntime:
             self.watch.supervise()
             try:
                 claimed = self.dispatcher.cycle(claiming=True)
+                if self.leadership is not None:
+                    self.leadership.claimed(self.dispatcher.last_asked, claimed)
                 ended = None if claimed or len(self.slots) else self._idle_ending()
             except DatabaseUnavailable as exc:
                 outages += 1
@@ -256,6 +263,10 @@ class WorkerRuntime:
     def _on_notify(self) -> None:
         self._notified.set()
         self._wake.set()
+
+    def _has_room(self) -> bool:
+        """Whether this worker would claim now (a stopping worker claims nothing)."""
+        return not self._stop.is_set() and self.dispatcher.has_room()
 
     def _on_done(self, slot: Slot) -> None:
         self.slots.remove(slot)
