@@ -21,6 +21,7 @@ from leasing import enqueue, enqueue_many
 from leasing.models import Worker, WorkItem
 from leasing.sql.wakes import LISTENER_MARK
 from tests.conftest import ROOT, wait_for
+from tests.workers import stop_workers
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -43,7 +44,7 @@ def start_workers(subprocess_env, tmp_path: Path, count: int, *args: str):
     record = tmp_path / "ran.txt"
     record.touch()
     procs = [start(subprocess_env, tmp_path / "workers.log", record, *args) for _ in range(count)]
-    # Running, and every listener connected: its LISTEN is its session's first statement.
+    # Running, and every listener connected (its statements are LISTEN or carry the mark).
     wait_for(lambda: Worker.objects.filter(status="running").count() == count, timeout=60)
     wait_for(lambda: _listening() >= count, timeout=30)
     return procs, record
@@ -59,18 +60,6 @@ def _listening() -> int:
             [LISTENER_MARK],
         )
         return cursor.fetchone()[0]
-
-
-def stop(procs) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def runs(record: Path) -> list[tuple[str, str]]:
@@ -95,7 +84,7 @@ def test_one_idle_worker_answers_the_wakes_and_each_item_starts_at_once(subproce
             time.sleep(0.05)
         wait_for(lambda: len(runs(record)) == 20, timeout=20)
     finally:
-        stop(procs)
+        stop_workers(procs)
     assert all(proc.returncode == 0 for proc in procs)
     # Every item started on its wake: nothing waited for a 30 s poll.
     latencies = start_latencies(ids)
@@ -131,7 +120,7 @@ def test_a_leader_without_room_hands_off_and_every_idle_worker_starts_one(subpro
         )
         wait_for(lambda: len(runs(record)) == 4, timeout=20)
     finally:
-        stop(procs)
+        stop_workers(procs)
     assert max(latencies) < 1.0, latencies
     assert len(holders) == 4
 
@@ -151,7 +140,7 @@ def test_when_the_leader_dies_the_next_wake_is_answered_by_another(subprocess_en
         second = enqueue("lead-1", "test.noop").work_item_id
         wait_for(lambda: len(runs(record)) == 2, timeout=10)
     finally:
-        stop([proc for proc in procs if proc.poll() is None])
+        stop_workers([proc for proc in procs if proc.poll() is None])
     assert runs(record)[1][0] == second and runs(record)[1][1] != leader
     assert max(start_latencies([first, second])) < 1.0
 
@@ -178,7 +167,7 @@ def test_a_stopping_leader_hands_off(subprocess_env, tmp_path):
         ran_quick = next(worker for item, worker in runs(record) if item == quick)
         leader.wait(timeout=30)  # it finishes its item and exits (a second signal would not)
     finally:
-        stop(procs)
+        stop_workers(procs)
     assert ran_quick != holder
     assert start_latencies([quick])[0] < 1.0
     assert leader.returncode == 0

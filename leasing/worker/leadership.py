@@ -57,7 +57,6 @@ class Leadership:
         self._filled = threading.Event()  # the last claim as leader took all it asked for
         self._next_try = 0.0  # monotonic time of the next try for the lead
         self._owed = False  # a wake came while waiting for it
-        self.handoffs = 0  # sent, for the worker's summary and tests
 
     # --- the dispatcher -----------------------------------------------------------------
 
@@ -128,4 +127,3 @@ class Leadership:
             conn.execute(sql, params)
         self.leading = False
         self._filled.clear()
-        self.handoffs += 1
