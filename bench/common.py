@@ -22,11 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from leasing.sql.wakes import LISTENER_MARK
-
 ROOT = Path(__file__).resolve().parent.parent
-# A worker's listener session in pg_stat_activity: its statements are LISTEN or carry the mark.
-LISTENING = f"(left(query, 6) = 'LISTEN' OR starts_with(query, '{LISTENER_MARK}'))"
 PYTHON = sys.executable
 DEFAULT_SERVER_URL = "postgres://postgres@127.0.0.1:5432/test"
 BENCH_SETTINGS = "bench.settings"

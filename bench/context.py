@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import (
-    LISTENING,
     PYTHON,
     ROOT,
     BenchError,
@@ -29,6 +28,7 @@ from bench.common import (
 )
 from bench.config import Sizes
 from bench.measure import rnd
+from leasing.sql.wakes import LISTENING
 
 
 class Bench:

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import LISTENING, connect
+from bench.common import connect
+from leasing.sql.wakes import LISTENING
 
 
 def rss_mib(pid: int) -> float | None:

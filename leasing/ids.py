@@ -72,10 +72,6 @@ _PAIRS = [_CROCKFORD[i >> 5] + _CROCKFORD[i & 31] for i in range(1024)]
 _LOW_BITS = 20
 
 
-def _encode_random(value: int) -> str:
-    return "".join(_PAIRS[(value >> shift) & 1023] for shift in (70, 60, 50, 40, 30, 20, 10, 0))
-
-
 def _consecutive(prefix: str, start: int, count: int) -> list[str]:
     """`prefix` + the random parts of start, start + 1, ...: each block of 2**20
     values encodes its shared 60 bits once (a sweep makes 1,000 ids a batch, an

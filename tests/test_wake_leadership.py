@@ -19,7 +19,7 @@ import pytest
 
 from leasing import enqueue, enqueue_many
 from leasing.models import Worker, WorkItem
-from leasing.sql.wakes import LISTENER_MARK
+from leasing.sql.wakes import LISTENING
 from tests.conftest import ROOT, wait_for
 from tests.workers import stop_workers
 
@@ -56,8 +56,7 @@ def _listening() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND (left(query, 6) = 'LISTEN' OR starts_with(query, %s))",
-            [LISTENER_MARK],
+            f"AND {LISTENING}"
         )
         return cursor.fetchone()[0]
 

@@ -22,20 +22,20 @@ HANDOFF_CHANNEL = "leasing_handoff"
 # Every statement of a listener's session starts with LISTEN or this mark, so
 # monitoring (and the bench) can tell listener sessions apart.
 LISTENER_MARK = "/* leasing listener */"
-
-
-def _lock_id() -> str:
-    return "hashtextextended('leasing.wake:' || %s, 0)"
+# In pg_stat_activity: a worker's listener session.
+LISTENING = f"(left(query, 6) = 'LISTEN' OR starts_with(query, '{LISTENER_MARK}'))"
+# The lead's advisory lock; its parameter is the claim key.
+_LOCK_ID = "hashtextextended('leasing.wake:' || %s, 0)"
 
 
 def try_lead(key: str) -> Statement:
     """Take the lead of `key` if nobody holds it; one row, one boolean."""
-    return f"{LISTENER_MARK} SELECT pg_try_advisory_lock({_lock_id()})", [key]
+    return f"{LISTENER_MARK} SELECT pg_try_advisory_lock({_LOCK_ID})", [key]
 
 
 def step_down(key: str) -> Statement:
     """Give up the lead of `key` (this session holds it)."""
-    return f"{LISTENER_MARK} SELECT pg_advisory_unlock({_lock_id()})", [key]
+    return f"{LISTENER_MARK} SELECT pg_advisory_unlock({_LOCK_ID})", [key]
 
 
 def hand_off(key: str, sender: str) -> Statement:

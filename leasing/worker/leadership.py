@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,7 +53,8 @@ class Leadership:
         self.sender = secrets.token_hex(6)
         self.has_room = has_room
         self.leading = False  # read and written by the listener thread only
-        self._filled = threading.Event()  # the last claim as leader took all it asked for
+        # The last claim took all it asked for (set by the dispatcher, read by the listener).
+        self._filled = False
         self._next_try = 0.0  # monotonic time of the next try for the lead
         self._owed = False  # a wake came while waiting for it
 
@@ -62,10 +62,8 @@ class Leadership:
 
     def claimed(self, asked: int, got: int) -> None:
         """A claim asked for `asked` items and got `got`."""
-        if asked > 0 and got >= asked:
-            self._filled.set()
-        elif asked > 0:
-            self._filled.clear()
+        if asked > 0:
+            self._filled = got >= asked
 
     # --- the listener thread ------------------------------------------------------------
 
@@ -79,7 +77,7 @@ class Leadership:
     def woken(self, conn: Any) -> bool:
         """A wake for this worker's queues: whether this worker claims for it."""
         if self.leading:
-            if self._filled.is_set() or not self.has_room():
+            if self._filled or not self.has_room():
                 self._step_down(conn)
                 return False
             return True
@@ -102,7 +100,7 @@ class Leadership:
     def tick(self, conn: Any) -> bool:
         """Between waits: a leader whose last claim filled up hands off; a worker owed a
         try for the lead tries. Whether this worker claims now."""
-        if self.leading and self._filled.is_set():
+        if self.leading and self._filled:
             self._step_down(conn)
         elif self._owed and time.monotonic() >= self._next_try:
             return self.has_room() and self._try_lead(conn)
@@ -117,7 +115,7 @@ class Leadership:
         self.leading = bool(conn.execute(sql, params).fetchone()[0])
         self._owed = False
         if self.leading:
-            self._filled.clear()
+            self._filled = False
         else:
             self._next_try = time.monotonic() + LEAD_RETRY_S
         return self.leading
@@ -126,4 +124,4 @@ class Leadership:
         for sql, params in (wakes.step_down(self.key), wakes.hand_off(self.key, self.sender)):
             conn.execute(sql, params)
         self.leading = False
-        self._filled.clear()
+        self._filled = False

@@ -81,10 +81,11 @@ class NotifyListener:
             # connection between waits, never inside one.
             wait_s = lead.wait_s(IDLE_WAIT_S) if lead is not None else IDLE_WAIT_S
             notes = list(conn.notifies(timeout=wait_s, stop_after=1))
-            answered = [self._answers(conn, note.channel, note.payload) for note in notes]
+            # A list, not a generator: every NOTIFY is read, whatever the first says.
+            claim = any([self._answers(conn, note.channel, note.payload) for note in notes])
             if lead is not None and lead.tick(conn):
-                answered.append(True)
-            if any(answered):
+                claim = True
+            if claim:
                 self.on_notify()
 
     def _answers(self, conn: Any, channel: str, payload: str) -> bool:
