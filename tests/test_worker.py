@@ -160,6 +160,27 @@ def test_max_items_stops_after_that_many_claims():
     assert WorkItem.objects.pending().count() == 3
 
 
+def test_slow_work_is_claimed_in_chunks_so_the_first_handlers_start_at_once():
+    # 230 idle executors and 230 items: one claim of all of them would keep
+    # every executor waiting for the last row; chunks of CLAIM_CHUNK start the
+    # first handlers while the rest are claimed. Items claimed by one
+    # statement share its lease_acquired_at (the statement's clock).
+    from leasing.worker.dispatcher import CLAIM_CHUNK
+
+    enqueue_many(
+        [{"task_id": f"s{i}", "work_type": "test.sleep", "input_data": {"seconds": 0.3}}
+         for i in range(230)]
+    )  # fmt: skip
+    summary = runworker("--burst", "--concurrency", "230")
+
+    assert summary["completed"] == 230
+    per_claim: dict = {}
+    for acquired in WorkItem.objects.values_list("lease_acquired_at", flat=True):
+        per_claim[acquired] = per_claim.get(acquired, 0) + 1
+    assert CLAIM_CHUNK == 100
+    assert sorted(per_claim.values(), reverse=True) == [100, 100, 30]
+
+
 def test_thread_mode_keeps_a_lease_five_times_longer_than_its_duration():
     item = enqueue("long", "test.sleep", input_data={"seconds": 5.0})
     seen_expired = threading.Event()
