@@ -4,8 +4,9 @@ The listener thread asks `Leadership` what to do with each NOTIFY it hears
 and runs its statements on the listener's own connection (the advisory lock
 is that session's); the dispatcher reports each claim (`claimed`).
 
-- A wake, leading: claim, unless the last claim took all the process had room
-  for or it has no room now; then step down and hand off (the others claim).
+- A wake, leading: claim, unless the last claim took all it asked for (the
+  process's room, or a `CLAIM_CHUNK` of it: either way items may be left) or it
+  has no room now; then step down and hand off (the others claim).
 - A wake, not leading: with room, try to take the lead; claim if that worked.
   After a failed try a worker waits `LEAD_RETRY_S` before the next (a
   statement per wake per worker would cost more than the claims it saves);
