@@ -98,6 +98,9 @@ class Sizes:
     sweep_rows: int = 1_000_000
     sweep_expired: list[int] = field(default_factory=lambda: [1_000, 100_000])
     sweep_repeats: int = 3  # passes over 1,000 expired leases, each in a fresh process
+    # Checkpoints already in the table for the sweep's retention cleanup: 5 a task,
+    # the newest 12,000 within the last minute (200 a second).
+    sweep_history_checkpoints: int = 1_000_000
     heartbeat_leases: int = 1_000
     heartbeat_seconds: float = 3.0
 
@@ -142,6 +145,7 @@ class Sizes:
             sweep_rows=20_000,
             sweep_expired=[100, 2_000],
             sweep_repeats=2,
+            sweep_history_checkpoints=10_000,
             heartbeat_leases=200,
             heartbeat_seconds=0.5,
         )

@@ -165,6 +165,39 @@ def test_retention_since_only_examines_recently_changed_tasks(db):
     assert numbers("old") == [4, 5]
 
 
+def test_retention_counts_rows_not_numbers_when_a_task_has_gaps(db):
+    # Purging a work item deletes its checkpoints (ON DELETE CASCADE), which
+    # can leave holes in the middle of a task's numbering.
+    Checkpoint.objects.bulk_create(
+        Checkpoint(task_id="gappy", checkpoint_type="tool_executed", sequence_number=n,
+                   snapshot_data={"n": n})
+        for n in (1, 2, 3, 8, 9, 10)
+    )  # fmt: skip
+    Checkpoint.objects.bulk_create(
+        Checkpoint(task_id="short", checkpoint_type="tool_executed", sequence_number=n,
+                   snapshot_data={"n": n})
+        for n in (7, 9)
+    )  # fmt: skip
+
+    # The newest five rows stay, not the rows numbered within five of the top.
+    assert cleanup_checkpoints(5) == 1
+    assert numbers("gappy") == [2, 3, 8, 9, 10]
+    # Numbered past the retention but holding fewer rows: nothing to delete.
+    assert numbers("short") == [7, 9]
+
+
+def test_retention_since_trims_only_the_tasks_past_it(db):
+    for n in range(3):
+        create_checkpoint("within", "tool_executed", {"n": n})
+    for n in range(6):
+        create_checkpoint("beyond", "tool_executed", {"n": n})
+    before = database_now() - timedelta(minutes=1)
+
+    assert cleanup_checkpoints(4, since=before) == 2
+    assert numbers("within") == [1, 2, 3]
+    assert numbers("beyond") == [3, 4, 5, 6]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_retention_running_beside_appends_never_reuses_a_number(db, threads):
     appenders = 3

@@ -119,32 +119,54 @@ def append_error_boundaries_sqlite(
 def delete_beyond_retention(d: Dialect, retention: int, since: Any = None) -> Statement:
     """Delete all but the newest `retention` checkpoints of each task.
 
-    With `since`, only tasks that gained a checkpoint since then are examined.
-    On PostgreSQL the doomed rows are locked with SKIP LOCKED, so several
-    sweeps cleaning at once split the work instead of waiting.
+    Only tasks numbered past `retention` are read at all: a task's numbers are
+    distinct and at least 1, so one with more than `retention` rows holds a
+    number above it. With `since`, a task is examined if a checkpoint created
+    since then is numbered past `retention`: appends number a task's rows and
+    stamp them with the database clock in the same order (each takes the
+    task's lock before its INSERT), so a task that gained rows has its
+    highest number among them. (A row seeded with an older `created_at`
+    waits for a cleanup without `since`, as every sweep's first pass is.)
+    Most tasks never reach `retention`, and most passes then read only the
+    new rows' index entries: ranking every row of every task that gained one
+    cost a sweep pass 130 ms at 200 checkpoints a second (each pass looks
+    back a minute), and the first pass over 1,000,000 checkpoints 0.5 s.
+
+    On PostgreSQL each task's doomed rows are read from its index, newest
+    first past the `retention` it keeps, and locked with SKIP LOCKED, so
+    several sweeps cleaning at once split the work instead of waiting.
     """
-    task_filter = ""
-    params: list[Any] = []
+    tasks = "SELECT DISTINCT task_id FROM checkpoints WHERE sequence_number > %s"
+    params: list[Any] = [retention]
     if since is not None:
-        task_filter = (
-            "WHERE task_id IN (SELECT DISTINCT task_id FROM checkpoints WHERE created_at >= %s)"
-        )
+        tasks += " AND created_at >= %s"
         params.append(d.datetime_param(since))
+    if d.is_postgres:
+        # ARRAY(...) runs each level once, then fetches by primary key,
+        # whatever the planner guesses of how many rows it holds.
+        doomed = f"""
+            SELECT x.checkpoint_id FROM ({tasks}) AS n
+            CROSS JOIN LATERAL (
+                SELECT checkpoint_id FROM checkpoints AS c WHERE c.task_id = n.task_id
+                ORDER BY c.sequence_number DESC OFFSET %s
+            ) AS x
+        """
+        sql = f"""
+            DELETE FROM checkpoints WHERE checkpoint_id = ANY(ARRAY(
+                SELECT checkpoint_id FROM checkpoints
+                WHERE checkpoint_id = ANY(ARRAY({doomed}))
+                FOR UPDATE SKIP LOCKED))
+            RETURNING checkpoint_id
+        """
+        return sql, [*params, retention]
     ranked = f"""
         SELECT checkpoint_id FROM (
             SELECT checkpoint_id,
                    row_number() OVER (PARTITION BY task_id
                                       ORDER BY sequence_number DESC) AS newest_first
-            FROM checkpoints {task_filter}
+            FROM checkpoints WHERE task_id IN ({tasks})
         ) ranked
         WHERE newest_first > %s
     """
-    doomed = ranked
-    if d.is_postgres:
-        # FOR UPDATE cannot sit beside a window function, hence the extra level.
-        doomed = f"""
-            SELECT checkpoint_id FROM checkpoints
-            WHERE checkpoint_id IN ({ranked}) FOR UPDATE SKIP LOCKED
-        """
-    sql = f"DELETE FROM checkpoints WHERE checkpoint_id IN ({doomed}) RETURNING checkpoint_id"
+    sql = f"DELETE FROM checkpoints WHERE checkpoint_id IN ({ranked}) RETURNING checkpoint_id"
     return sql, [*params, retention]
