@@ -170,10 +170,10 @@ def cleanup_checkpoints(
 ) -> int:
     """Keep the newest `retention` checkpoints of each task; return how many were deleted.
 
-    Only tasks numbered past `retention` are examined; with `since`, only those
-    with a checkpoint numbered past it created at or after that time (the sweep passes the
-    time of its previous cleanup, so a pass costs what changed, not the size
-    of the table; see `sql.checkpoints.delete_beyond_retention`). A task's newest
+    Only tasks numbered past `retention` are examined; with `since`, only
+    those given such a number at or after that time (the sweep passes the time
+    of its previous cleanup, so a pass costs what changed, not the size of the
+    table; see `sql.checkpoints.delete_beyond_retention`). A task's newest
     checkpoint always survives (retention >= 1), so the next number is never
     a reused one.
     """
