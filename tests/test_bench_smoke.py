@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from bench.run import SCENARIOS
+from bench.scenarios.sweep import HISTORY
 from tests.conftest import ROOT, database_url
 
 pytestmark = pytest.mark.postgres
@@ -212,12 +213,16 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert recovery["kill_to_reclaim_s"]["n"] == recovery["items"] * recovery["rounds"]
     assert _positive(recovery["kill_to_reclaim_s"]["min"])
 
+    # One pass over a table that already holds checkpoints, beside the others.
+    assert [run["variant"] for run in records["sweep"]["runs"]].count(HISTORY) == 1
     for run in records["sweep"]["runs"]:
         assert "timed_out_after_s" not in run, run
         assert run["expired"] > 0 and _positive(run["wall_ms"]), run
-        with_checkpoints = run["variant"] == "as migrated"
+        with_checkpoints = run["variant"] in ("as migrated", HISTORY)
         assert run["checkpoints_created"] == (run["expired"] if with_checkpoints else 0), run
-        if run["expired"] <= 1_000:  # several fresh-process passes; their median is reported
+        if run["variant"] == HISTORY:  # one pass: each loads the checkpoints again
+            assert "wall_ms_runs" not in run and _positive(run["next_pass_nothing_expired_ms"])
+        elif run["expired"] <= 1_000:  # several fresh-process passes; their median is reported
             passes = run["wall_ms_runs"]
             assert len(passes) == 2 and run["wall_ms"] == sorted(passes)[1], run
         else:
