@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from bench.run import SCENARIOS
-from bench.scenarios.sweep import HISTORY
+from bench.scenarios.sweep import AS_MIGRATED, HISTORY
 from tests.conftest import ROOT, database_url
 
 pytestmark = pytest.mark.postgres
@@ -218,7 +218,7 @@ def test_quick_bench_reports_every_scenario() -> None:
     for run in records["sweep"]["runs"]:
         assert "timed_out_after_s" not in run, run
         assert run["expired"] > 0 and _positive(run["wall_ms"]), run
-        with_checkpoints = run["variant"] in ("as migrated", HISTORY)
+        with_checkpoints = run["variant"] in (AS_MIGRATED, HISTORY)
         assert run["checkpoints_created"] == (run["expired"] if with_checkpoints else 0), run
         if run["variant"] == HISTORY:  # one pass: each loads the checkpoints again
             assert "wall_ms_runs" not in run and _positive(run["next_pass_nothing_expired_ms"])

@@ -6,6 +6,7 @@ import gc
 import json
 import threading
 import time
+from collections import Counter
 from datetime import timedelta
 from io import StringIO
 
@@ -174,9 +175,7 @@ def test_slow_work_is_claimed_in_chunks_so_the_first_handlers_start_at_once():
     summary = runworker("--burst", "--concurrency", "230")
 
     assert summary["completed"] == 230
-    per_claim: dict = {}
-    for acquired in WorkItem.objects.values_list("lease_acquired_at", flat=True):
-        per_claim[acquired] = per_claim.get(acquired, 0) + 1
+    per_claim = Counter(WorkItem.objects.values_list("lease_acquired_at", flat=True))
     assert CLAIM_CHUNK == 100
     assert sorted(per_claim.values(), reverse=True) == [100, 100, 30]
 
