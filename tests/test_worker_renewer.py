@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
 
-from leasing import LeaseManager
+from leasing import LeaseManager, enqueue, signals
 from leasing.handlers import registry
 from leasing.models import WorkItem
 from leasing.sql.runner import database_now
+from leasing.worker.options import WorkerOptions
 from leasing.worker.renewer import LeaseRenewer
+from leasing.worker.runtime import WorkerRuntime
 from leasing.worker.slots import Slot, SlotState, SlotTable
+from tests.testapp.handlers import sleep
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,8 +80,6 @@ def test_a_lease_whose_row_another_transaction_holds_is_skipped_and_named_when_a
     make_items, caplog
 ):
     """Skipped, not lost; once half its lease went unrenewed the round says why."""
-    import time
-
     import psycopg
     from django.db import connections
 
@@ -115,3 +117,80 @@ def test_a_lease_whose_row_another_transaction_holds_is_skipped_and_named_when_a
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and held.lease.work_item_id in warnings[0], warnings
     assert "another transaction holds its row" in warnings[0]
+
+
+def test_a_lease_is_renewed_on_its_own_types_interval(make_items):
+    """The renewer ticks every 3 s (the shortest interval it serves); a lease of a 30 s
+    type is left alone until one more tick would leave it unrenewed for 30 s."""
+    make_items(2, work_type="test.noop")
+    manager = LeaseManager("renewer")
+    leases = manager.acquire_leases(2, lease_duration_seconds=300)
+    table = slots_for(leases, 300.0)
+    fresh, older = list(table)
+    older.renewed_at = time.monotonic() - 28  # 28 s since its claim: 30 s before the next tick
+    renewer = LeaseRenewer(
+        manager,
+        table,
+        interval_seconds=3,
+        on_lease_lost=lambda *a: None,
+        heartbeat_intervals={"test.noop": 30.0},
+    )
+    heartbeats = {lease.id: WorkItem.objects.get(pk=lease.id).heartbeat_at for lease in leases}
+    renewer.renew_now()
+
+    assert WorkItem.objects.get(pk=fresh.lease.id).heartbeat_at == heartbeats[fresh.lease.id]
+    assert WorkItem.objects.get(pk=older.lease.id).heartbeat_at > heartbeats[older.lease.id]
+    assert time.monotonic() - older.renewed_at < 5
+
+
+def test_a_renewal_period_never_exceeds_a_quarter_of_the_lease(make_items):
+    """A 30 s interval on a 40 s lease: renewed once 10 s (one tick early: 7 s) have passed."""
+    make_items(2, work_type="test.noop")
+    manager = LeaseManager("renewer")
+    leases = manager.acquire_leases(2, lease_duration_seconds=40)
+    table = slots_for(leases, 40.0)
+    recent, due = list(table)
+    now = time.monotonic()
+    recent.renewed_at, due.renewed_at = now - 6, now - 7.5
+    renewer = LeaseRenewer(
+        manager,
+        table,
+        interval_seconds=3,
+        on_lease_lost=lambda *a: None,
+        heartbeat_intervals={"test.noop": 30.0},
+    )
+    assert not renewer.due(recent, now) and renewer.due(due, now)
+    renewer.renew_now()
+    assert time.monotonic() - due.renewed_at < 5
+    assert time.monotonic() - recent.renewed_at > 5
+
+
+def test_a_worker_renews_each_type_on_its_own_interval():
+    """One process serving a 0.2 s type and a 5 s type: during a 1.2 s run, only the
+    first one's lease is written between its claim and its completion."""
+    registry.register("test.sleep_slow_beat", sleep, heartbeat_interval=5, lease_duration=60)
+    renewed: list[str] = []
+
+    def on_renewed(sender, **event):
+        renewed.append(event["work_item_id"])
+
+    signals.lease_renewed.connect(on_renewed, weak=False)
+    try:
+        quick = enqueue("quick", "test.sleep", {"seconds": 1.2})
+        slow = enqueue("slow", "test.sleep_slow_beat", {"seconds": 1.2})
+        summary = WorkerRuntime(
+            WorkerOptions(
+                concurrency=2,
+                burst=True,
+                poll_interval=0.05,
+                heartbeat_interval=0.2,
+                lease_seconds=10,
+                work_types=("test.sleep", "test.sleep_slow_beat"),
+            )
+        ).run()
+    finally:
+        signals.lease_renewed.disconnect(on_renewed)
+        registry.unregister("test.sleep_slow_beat")
+    assert summary.completed == 2
+    assert renewed.count(quick.pk) >= 3, renewed
+    assert slow.pk not in renewed

@@ -1,19 +1,25 @@
 """One thread per worker process renewing the leases it may keep alive.
 
-Each interval it renews every renewable slot's lease in one statement (a
+It ticks at the shortest heartbeat interval of the work types the process
+serves. Each tick it renews, in one statement, the renewable slots whose own
+type's interval is about to run out since their claim or last renewal (a
 lease with more than half its duration left only records the heartbeat: a
 HOT-eligible update), records the handlers' progress as `progress_at`, and
-beats the process's `workers` row. Leases the database no longer shows as
-held (expired, past their deadline, moved on) are reported through
-`on_lease_lost`; after `max_failures` consecutive failed rounds every lease
-is reported lost, as the process can no longer prove it is alive.
+beats the process's `workers` row. A quick item of a type beating every 30 s
+in a process that also serves a 3 s type is thus written by its claim and its
+completion only, not every 3 s while it waits in the prefetch queue.
+
+Leases the database no longer shows as held (expired, past their deadline,
+moved on) are reported through `on_lease_lost`; after `max_failures`
+consecutive failed rounds every lease is reported lost, as the process can no
+longer prove it is alive.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from django.db import DatabaseError
 
@@ -39,8 +45,11 @@ class LeaseRenewer(IntervalThread):
         on_lease_lost: Callable[[Slot, BaseException], None],
         on_tick: Callable[[], None] | None = None,
         max_failures: int = 3,
+        heartbeat_intervals: Mapping[str, float] | None = None,
     ) -> None:
         self.manager = manager
+        # Each work type's own heartbeat interval; a type not named beats every tick.
+        self.heartbeat_intervals = heartbeat_intervals or {}
         self.slots = slots
         self.on_lease_lost = on_lease_lost
         self.on_tick = on_tick
@@ -60,9 +69,21 @@ class LeaseRenewer(IntervalThread):
             if not (slot.state is SlotState.RUNNING and slot.spec.heartbeat == "beat")
         ]
 
+    def due(self, slot: Slot, now: float) -> bool:
+        """Whether waiting for the next tick would leave the slot unrenewed past its period.
+
+        The period is its type's heartbeat interval, and at most a quarter of
+        its lease: a renewal that only records the heartbeat leaves at least
+        half the lease, so the next one comes with a quarter of it to spare.
+        """
+        interval = self.heartbeat_intervals.get(slot.lease.work_type, self.interval)
+        period = min(interval, slot.lease_duration / 4)
+        return now - slot.renewed_at >= period - self.interval
+
     def renew_now(self) -> None:
         """One renewal round (also called directly by tests)."""
-        tracked = self.tracked()
+        now = time.monotonic()
+        tracked = [slot for slot in self.tracked() if self.due(slot, now)]
         renewals = [
             Renewal(
                 slot.lease.work_item_id,

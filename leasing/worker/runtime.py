@@ -92,6 +92,7 @@ class WorkerRuntime:
             on_lease_lost=self.watch.lease_lost,
             on_tick=self._report_progress,
             max_failures=config.heartbeat_max_failures,
+            heartbeat_intervals=config.heartbeat_intervals,
         )
         self.listener: NotifyListener | None = None
         self.leadership: Leadership | None = None
