@@ -119,6 +119,17 @@ def test_a_lease_whose_row_another_transaction_holds_is_skipped_and_named_when_a
     assert "another transaction holds its row" in warnings[0]
 
 
+def ticking_every_3s_for_a_30s_type(manager: LeaseManager, table: SlotTable) -> LeaseRenewer:
+    """A renewer of a process whose shortest interval is 3 s, holding leases of a 30 s type."""
+    return LeaseRenewer(
+        manager,
+        table,
+        interval_seconds=3,
+        on_lease_lost=lambda *a: None,
+        heartbeat_intervals={"test.noop": 30.0},
+    )
+
+
 def test_a_lease_is_renewed_on_its_own_types_interval(make_items):
     """The renewer ticks every 3 s (the shortest interval it serves); a lease of a 30 s
     type is left alone until one more tick would leave it unrenewed for 30 s."""
@@ -127,14 +138,8 @@ def test_a_lease_is_renewed_on_its_own_types_interval(make_items):
     leases = manager.acquire_leases(2, lease_duration_seconds=300)
     table = slots_for(leases, 300.0)
     fresh, older = list(table)
-    older.renewed_at = time.monotonic() - 28  # 28 s since its claim: 30 s before the next tick
-    renewer = LeaseRenewer(
-        manager,
-        table,
-        interval_seconds=3,
-        on_lease_lost=lambda *a: None,
-        heartbeat_intervals={"test.noop": 30.0},
-    )
+    older.renewed_at = time.monotonic() - 28  # 31 s unrenewed by the next tick
+    renewer = ticking_every_3s_for_a_30s_type(manager, table)
     heartbeats = {lease.id: WorkItem.objects.get(pk=lease.id).heartbeat_at for lease in leases}
     renewer.renew_now()
 
@@ -152,13 +157,7 @@ def test_a_renewal_period_never_exceeds_a_quarter_of_the_lease(make_items):
     recent, due = list(table)
     now = time.monotonic()
     recent.renewed_at, due.renewed_at = now - 6, now - 7.5
-    renewer = LeaseRenewer(
-        manager,
-        table,
-        interval_seconds=3,
-        on_lease_lost=lambda *a: None,
-        heartbeat_intervals={"test.noop": 30.0},
-    )
+    renewer = ticking_every_3s_for_a_30s_type(manager, table)
     assert not renewer.due(recent, now) and renewer.due(due, now)
     renewer.renew_now()
     assert time.monotonic() - due.renewed_at < 5

@@ -48,7 +48,7 @@ class LeaseRenewer(IntervalThread):
         heartbeat_intervals: Mapping[str, float] | None = None,
     ) -> None:
         self.manager = manager
-        # Each work type's own heartbeat interval; a type not named beats every tick.
+        # Each work type's own heartbeat interval; a type not named is renewed every tick.
         self.heartbeat_intervals = heartbeat_intervals or {}
         self.slots = slots
         self.on_lease_lost = on_lease_lost
