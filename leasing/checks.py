@@ -23,8 +23,9 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections, router
 
-from .conf import build_settings
+from .conf import LeasingSettings, build_settings
 from .exceptions import InvalidInput, LeasingConfigurationError
+from .handlers import registry
 from .ticks import parse_schedule
 
 POSTGRES_ONLY_FEATURES = (
@@ -83,6 +84,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="leasing.W002",
             )
         )
+    messages += _stale_between_renewals(conf)
     if conf.sweep_interval > conf.lease_duration:
         messages.append(
             checks.Warning(
@@ -114,6 +116,39 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     return messages
+
+
+def _stale_between_renewals(conf: LeasingSettings) -> list[checks.CheckMessage]:
+    """The heartbeat intervals (the default and each work type's) not below STALE_HEARTBEAT.
+
+    A lease is renewed on its own type's interval, so the console, which calls
+    a heartbeat older than STALE_HEARTBEAT stale, would flag such leases while
+    they are healthy.
+    """
+    intervals = {"LEASING['HEARTBEAT_INTERVAL']": conf.heartbeat_interval}
+    try:
+        specs = registry.specs()
+    except LeasingConfigurationError:
+        specs = []  # a bad LEASING['HANDLERS'] entry: runworker says which at start-up
+    for spec in specs:
+        if spec.heartbeat_interval is not None:
+            intervals[f"work type {spec.work_type!r}"] = spec.heartbeat_interval
+    late = [
+        f"{name} ({seconds:g}s)"
+        for name, seconds in intervals.items()
+        if seconds >= conf.stale_heartbeat
+    ]
+    if not late:
+        return []
+    return [
+        checks.Warning(
+            f"The heartbeat interval of {', '.join(late)} is not below "
+            f"LEASING['STALE_HEARTBEAT'] ({conf.stale_heartbeat:g}s): the console would call "
+            "those leases stale between two renewals while they are healthy.",
+            hint="Shorten the interval, or set STALE_HEARTBEAT to a few intervals.",
+            id="leasing.W004",
+        )
+    ]
 
 
 @checks.register("leasing")

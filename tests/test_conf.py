@@ -10,6 +10,7 @@ from django.core.management.base import SystemCheckError
 from leasing.checks import check_database, check_settings, check_time_zone
 from leasing.conf import LeasingSettings, build_settings, get_settings
 from leasing.exceptions import LeasingConfigurationError
+from leasing.handlers import registry
 
 
 def test_defaults_are_the_spec_defaults():
@@ -76,6 +77,29 @@ def test_check_reports_invalid_settings(settings):
 def test_check_warns_about_slow_recovery_and_late_loss_detection(settings):
     settings.LEASING = {"LEASE_DURATION": 60, "HEARTBEAT_INTERVAL": 30, "SWEEP_INTERVAL": 120}
     assert sorted(m.id for m in check_settings()) == ["leasing.W002", "leasing.W003"]
+
+
+def test_check_warns_when_the_default_heartbeat_is_not_below_stale(settings):
+    settings.LEASING = {"STALE_HEARTBEAT": 30}
+    [warning] = check_settings()
+    assert warning.id == "leasing.W004"
+    assert "LEASING['HEARTBEAT_INTERVAL'] (30s)" in warning.msg
+    assert "STALE_HEARTBEAT" in warning.msg
+
+
+def test_check_warns_about_a_work_type_renewed_less_often_than_stale(settings):
+    """Each lease is renewed on its own type's interval: a 200 s type's healthy leases
+    would read as stale on the console (STALE_HEARTBEAT 120 s)."""
+    settings.LEASING = {}
+    registry.register("test.hourly", lambda ctx: None, heartbeat_interval=200, lease_duration=900)
+    try:
+        [warning] = check_settings()
+    finally:
+        registry.unregister("test.hourly")
+    assert warning.id == "leasing.W004"
+    assert "work type 'test.hourly' (200s)" in warning.msg
+    assert "HEARTBEAT_INTERVAL" not in warning.msg  # the default (30 s) is fine
+    assert check_settings() == []
 
 
 def test_default_settings_pass_the_checks(settings):
