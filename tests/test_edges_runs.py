@@ -119,6 +119,8 @@ def test_a_base_exception_from_a_handler_fails_its_item_and_the_executor_carries
     assert boundary.snapshot_data["exception_class_path"].startswith("builtins.")
 
 
+# The thread's death is the point: Python reports it through threading.excepthook.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_an_executor_thread_that_dies_hands_its_lease_back_and_is_replaced(monkeypatch):
     from leasing.worker import WorkerOptions, WorkerRuntime
     from leasing.worker.executors import ExecutorPool

@@ -209,10 +209,13 @@ def test_a_key_of_255_characters_is_fine():
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("scope", ["pending", "unfinished", "3600"])
-def test_eight_processes_enqueueing_one_key_a_thousand_times_make_one_row(spawn, scope):
+def test_eight_processes_racing_on_each_of_250_keys_make_one_row_per_key(spawn, scope):
+    # Every process enqueues the same 250 keys in the same order, so the
+    # processes meet on key after key: 250 races of up to eight inserts each.
+    keys = 250
     start_at = time.time() + 3.0  # every process has started (Django set up) by then
     procs = [
-        spawn("-m", "tests.procs.enqueue_unique", f"race:{scope}", scope, "1000", str(start_at))
+        spawn("-m", "tests.procs.enqueue_unique", f"race:{scope}", scope, str(keys), str(start_at))
         for _ in range(8)
     ]
     results = []
@@ -221,10 +224,12 @@ def test_eight_processes_enqueueing_one_key_a_thousand_times_make_one_row(spawn,
         assert proc.returncode == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
 
-    stored = rows(f"race:{scope}")
-    assert len(stored) == 1
-    assert WorkItem.objects.count() == 1
-    # Exactly one call inserted it; the other 7,999 were told they got a duplicate of it.
-    assert sum(r["inserted"] for r in results) == 1
-    assert sum(r["duplicates"] for r in results) == 7999
-    assert {i for r in results for i in r["ids"]} == {stored[0].work_item_id}
+    stored = {item.unique_key: item.work_item_id for item in WorkItem.objects.all()}
+    assert WorkItem.objects.count() == keys
+    assert sorted(stored) == sorted(f"race:{scope}-{i}" for i in range(keys))
+    # Exactly one call inserted each key; the other seven were told they got
+    # a duplicate of that very row.
+    assert sum(r["inserted"] for r in results) == keys
+    assert sum(r["duplicates"] for r in results) == 7 * keys
+    for result in results:
+        assert result["ids"] == stored

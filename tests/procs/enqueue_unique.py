@@ -1,11 +1,13 @@
-"""A process that enqueues one unique key many times (the unique-enqueue race test).
+"""A process that enqueues a run of unique keys, once each (the unique-enqueue race test).
 
-    python -m tests.procs.enqueue_unique KEY SCOPE COUNT START_AT
+    python -m tests.procs.enqueue_unique PREFIX SCOPE COUNT START_AT
 
-SCOPE is `pending`, `unfinished` or a number of seconds (a period). Starts
-at the wall-clock time START_AT (so that every process races from the first
-call), then prints one JSON line: how many calls inserted and how many got a
-duplicate, and the ids they returned.
+Enqueues the keys PREFIX-0 ... PREFIX-(COUNT-1) in that order, one call each.
+SCOPE is `pending`, `unfinished` or a number of seconds (a period). Starts at
+the wall-clock time START_AT, so that every process races from the first key
+and processes running the same keys in the same order keep meeting on one
+key; then prints one JSON line: how many calls inserted and how many got a
+duplicate, and the id each key's call returned.
 """
 
 from __future__ import annotations
@@ -24,19 +26,20 @@ def main() -> None:
     django.setup()
     from leasing import enqueue
 
-    key, scope, count, start_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    prefix, scope, count, start_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     unique_while = scope if scope in ("pending", "unfinished") else timedelta(seconds=float(scope))
     time.sleep(max(0.0, start_at - time.time()))
     inserted = duplicates = 0
-    ids: set[str] = set()
+    ids: dict[str, str] = {}
     for i in range(count):
+        key = f"{prefix}-{i}"
         item = enqueue(f"race-{i}", "test.noop", unique_key=key, unique_while=unique_while)
-        ids.add(item.work_item_id)
+        ids[key] = item.work_item_id
         if item.duplicate:
             duplicates += 1
         else:
             inserted += 1
-    print(json.dumps({"inserted": inserted, "duplicates": duplicates, "ids": sorted(ids)}))
+    print(json.dumps({"inserted": inserted, "duplicates": duplicates, "ids": ids}))
 
 
 if __name__ == "__main__":
