@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from bench.run import SCENARIOS
-from bench.scenarios.sweep import AS_MIGRATED, HISTORY
+from bench.scenarios.sweep import AS_MIGRATED, HISTORY, WHOLE_TABLE
 from tests.conftest import ROOT, database_url
 
 pytestmark = pytest.mark.postgres
@@ -213,14 +213,17 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert recovery["kill_to_reclaim_s"]["n"] == recovery["items"] * recovery["rounds"]
     assert _positive(recovery["kill_to_reclaim_s"]["min"])
 
-    # One pass over a table that already holds checkpoints, beside the others.
-    assert [run["variant"] for run in records["sweep"]["runs"]].count(HISTORY) == 1
+    # Two passes over a table that already holds checkpoints, beside the others:
+    # the cleanup from the earlier passes' mark, then with no mark (every task).
+    variants = [run["variant"] for run in records["sweep"]["runs"]]
+    assert variants[-2:] == [HISTORY, WHOLE_TABLE] and variants.count(HISTORY) == 1
     for run in records["sweep"]["runs"]:
         assert "timed_out_after_s" not in run, run
         assert run["expired"] > 0 and _positive(run["wall_ms"]), run
-        with_checkpoints = run["variant"] in (AS_MIGRATED, HISTORY)
+        with_checkpoints = run["variant"] in (AS_MIGRATED, HISTORY, WHOLE_TABLE)
         assert run["checkpoints_created"] == (run["expired"] if with_checkpoints else 0), run
-        if run["variant"] == HISTORY:  # one pass: each loads the checkpoints again
+        if run["variant"] in (HISTORY, WHOLE_TABLE):  # one pass: each loads the checkpoints
+            assert run["whole_table_cleanup"] is (run["variant"] == WHOLE_TABLE), run
             assert "wall_ms_runs" not in run and _positive(run["next_pass_nothing_expired_ms"])
         elif run["expired"] <= 1_000:  # several fresh-process passes; their median is reported
             passes = run["wall_ms_runs"]

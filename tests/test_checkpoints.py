@@ -18,15 +18,18 @@ from leasing.exceptions import (
     PayloadTooLarge,
     WorkItemNotFound,
 )
-from leasing.models import Checkpoint, WorkItem
+from leasing.models import Checkpoint, RollupMark, WorkItem
 from leasing.services.checkpoints import (
     checkpoints_for,
     cleanup_checkpoints,
+    cleanup_checkpoints_since_mark,
     create_checkpoint,
     latest_checkpoint,
     resume_state,
 )
-from leasing.sql.runner import database_now
+from leasing.sql import marks
+from leasing.sql.dialect import Dialect
+from leasing.sql.runner import database_now, run
 from leasing.sweep import RecoverySweep
 
 pytestmark = pytest.mark.django_db
@@ -257,6 +260,106 @@ def test_bad_retention_deletes_nothing(db, retention):
     with pytest.raises(InvalidInput):
         cleanup_checkpoints(retention)
     assert numbers("t") == [1, 2, 3]
+
+
+# --- the sweep's cleanup, from its mark --------------------------------------------------
+
+
+def seed(task_id: str, count: int, created_at) -> None:
+    """Checkpoints stamped with a past time, as data seeding writes them."""
+    Checkpoint.objects.bulk_create(
+        Checkpoint(task_id=task_id, checkpoint_type="tool_executed", sequence_number=n,
+                   snapshot_data={"n": n}, created_at=created_at)
+        for n in range(1, count + 1)
+    )  # fmt: skip
+
+
+def mark(name: str):
+    return RollupMark.objects.get(name=name).through
+
+
+def test_a_new_sweep_carries_on_from_where_the_last_cleanup_began(db):
+    def new_sweep_pass() -> int:
+        # A new object each time: a new sweep process, or `recoverysweep --once` under cron.
+        sweep = RecoverySweep(scan_interval_seconds=5, checkpoint_retention_limit=4)
+        return sweep.scan_and_recover().checkpoints_deleted
+
+    an_hour_ago = database_now() - timedelta(hours=1)
+    seed("seeded-first", 6, an_hour_ago)
+    # The first cleanup to a retention examines every task.
+    assert new_sweep_pass() == 2
+    assert numbers("seeded-first") == [3, 4, 5, 6]
+
+    seed("seeded-later", 6, an_hour_ago)
+    for n in range(6):
+        create_checkpoint("live", "tool_executed", {"n": n})
+    # The next one, in a new sweep, examines only the tasks given checkpoints
+    # since the last one began (less a minute): rows stamped an hour back are
+    # not among them, the task written to now is.
+    assert new_sweep_pass() == 2
+    assert numbers("live") == [3, 4, 5, 6]
+    assert numbers("seeded-later") == [1, 2, 3, 4, 5, 6]
+    assert new_sweep_pass() == 0
+
+    # A day after the last whole-table cleanup, the next examines every task again.
+    full = "checkpoint_full_cleanup:4"
+    run("default", marks.set_mark(Dialect(), full, mark(full) - timedelta(days=1)))
+    assert new_sweep_pass() == 2
+    assert numbers("seeded-later") == [3, 4, 5, 6]
+    assert new_sweep_pass() == 0
+
+
+def test_each_retention_keeps_its_own_marks_and_a_mark_never_goes_back(db):
+    now = database_now()
+    seed("seeded", 6, now - timedelta(hours=1))
+    first = cleanup_checkpoints_since_mark(5, at=now)
+    assert (first.deleted, first.whole_table) == (1, True)
+    assert mark("checkpoint_cleanup:5") == mark("checkpoint_full_cleanup:5") == now
+    assert cleanup_checkpoints_since_mark(5, at=now).whole_table is False
+    # Another retention has not cleaned the table yet: its first cleanup reads all of it.
+    second = cleanup_checkpoints_since_mark(3, at=now)
+    assert (second.deleted, second.whole_table) == (2, True)
+    # A pass that began earlier (a slower sweep beside this one) leaves the mark where it is.
+    cleanup_checkpoints_since_mark(5, at=now - timedelta(minutes=5))
+    assert mark("checkpoint_cleanup:5") == now
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sweeps_cleaning_at_once_delete_each_row_once_and_keep_the_newest_mark(db, threads):
+    now = database_now()
+    seed_many = (
+        Checkpoint(task_id=f"task-{t}", checkpoint_type="tool_executed", sequence_number=n,
+                   snapshot_data={"n": n})
+        for t in range(50)
+        for n in range(1, 21)
+    )  # fmt: skip
+    Checkpoint.objects.bulk_create(seed_many)
+    passes = [now + timedelta(seconds=i) for i in range(4)]
+
+    results = threads(4, lambda i: cleanup_checkpoints_since_mark(5, at=passes[i]))
+
+    assert sum(r.deleted for r in results) == 50 * 15  # each row deleted by exactly one
+    for t in range(50):
+        assert numbers(f"task-{t}") == [16, 17, 18, 19, 20]
+    assert mark("checkpoint_cleanup:5") == passes[-1]
+    # Whichever of them read no mark examined every task; the others, what changed.
+    assert mark("checkpoint_full_cleanup:5") in passes
+    assert any(r.whole_table for r in results)
+
+
+@pytest.mark.parametrize(
+    "retention, at",
+    [(0, "now"), (None, "now"), ("5", "now"), (5, None), (5, "2026-01-01"), (5, "naive")],
+)
+def test_bad_input_to_the_marked_cleanup_deletes_and_marks_nothing(db, retention, at):
+    now = database_now()
+    at = {"now": now, "naive": now.replace(tzinfo=None)}.get(at, at)
+    for n in range(3):
+        create_checkpoint("t", "tool_executed", {"n": n})
+    with pytest.raises(InvalidInput):
+        cleanup_checkpoints_since_mark(retention, at=at)
+    assert numbers("t") == [1, 2, 3]
+    assert not RollupMark.objects.exists()
 
 
 # --- reading --------------------------------------------------------------------------------

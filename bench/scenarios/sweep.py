@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from bench.common import PYTHON, BenchError, progress
@@ -14,6 +15,8 @@ from bench.report import Row, median_of
 
 AS_MIGRATED = "as migrated"
 HISTORY = "with checkpoint history"
+# The same with no cleanup mark: the first cleanup to a retention, or the daily one.
+WHOLE_TABLE = "with checkpoint history, whole-table cleanup"
 
 
 def load_rows(bench: Bench, rows: int) -> float:
@@ -104,15 +107,18 @@ def run(bench: Bench) -> dict[str, Any]:
         sweep_once(bench, expired, "without error_boundary checkpoints", checkpoints=False)
         for expired in bench.sizes.sweep_expired
     ]
-    # The first pass of a new sweep cleans the whole table; the next looks
-    # back a minute (`leasing.sql.checkpoints.delete_beyond_retention`).
-    runs.append(sweep_once(bench, min(bench.sizes.sweep_expired), HISTORY))
+    # A new sweep's cleanup reads the tasks given checkpoints since the last
+    # cleanup began, less a minute (its mark is in the database); the first
+    # cleanup to a retention, and one a day, read the whole table
+    # (`leasing.services.checkpoints.cleanup_checkpoints_since_mark`).
+    runs += [sweep_once(bench, min(bench.sizes.sweep_expired), v) for v in (HISTORY, WHOLE_TABLE)]
     return {
         "measures": "wall time of the first RecoverySweep(scan_interval_seconds=60)"
         ".scan_and_recover() in a fresh process (recovery + checkpoints + retention + keys "
         "+ lost workers), after VACUUM ANALYZE; and of the pass right after it; the last "
-        "run with history_checkpoints checkpoints in the table (5 a task, 200 a second up "
-        "to now) instead of none",
+        "two runs with history_checkpoints checkpoints in the table (5 a task, 200 a second "
+        "up to now) instead of none: the cleanup from the mark the earlier passes left, then "
+        "with no mark (the first cleanup to a retention, or the daily one: every task)",
         "rows": rows_total,
         "history_checkpoints": bench.sizes.sweep_history_checkpoints,
         "load_s": round(load_s, 1),
@@ -135,7 +141,11 @@ def sweep_once(
     on this shared host one pass of the same work took 76 to 165 ms.
     """
     rows_total = rows_total or bench.sizes.sweep_rows
-    repeats = bench.sizes.sweep_repeats if expired <= 1_000 and variant != HISTORY else 1
+    repeats = (
+        bench.sizes.sweep_repeats
+        if expired <= 1_000 and variant not in (HISTORY, WHOLE_TABLE)
+        else 1
+    )
     passes = []
     for _ in range(repeats):
         one = _one_pass(bench, expired, variant, checkpoints=checkpoints, rows_total=rows_total)
@@ -157,11 +167,13 @@ def sweep_once(
 def _one_pass(
     bench: Bench, expired: int, variant: str, *, checkpoints: bool, rows_total: int
 ) -> dict[str, Any]:
-    history = bench.sizes.sweep_history_checkpoints if variant == HISTORY else 0
+    history = bench.sizes.sweep_history_checkpoints if variant in (HISTORY, WHOLE_TABLE) else 0
     if history:
         load_checkpoints(bench, history)
     else:
         bench.sql("TRUNCATE checkpoints")
+    if variant == WHOLE_TABLE:
+        bench.sql("DELETE FROM leasing_rollup_marks WHERE name LIKE %s", ["checkpoint%"])
     bench.sql(
         "UPDATE work_items SET status = 'completed', completed_at = now(), "
         "retry_count = 0, error_message = NULL, lease_holder = NULL, "
@@ -171,7 +183,7 @@ def _one_pass(
     bench.vacuum_analyze()
     bench.vacuum_analyze("checkpoints")
     progress(f"  sweeping {expired} expired among {rows_total} ({variant})")
-    out = bench.log_dir / f"sweep-{expired}-{len(variant)}.json"
+    out = bench.log_dir / f"sweep-{expired}-{variant.replace(' ', '-')}.json"
     command = [PYTHON, "-m", "bench.sweeper", str(out)]
     if not checkpoints:
         command.append("--no-checkpoints")
@@ -193,7 +205,9 @@ def _one_pass(
             f"{first['recovered']} of {expired}, {first['errors']} errors"
         )
     progress(f"    {first['wall_ms']:.1f} ms ({first['batches']} batches)")
+    whole_table = {} if not history else {"whole_table_cleanup": _read_whole_table(bench, first)}
     return {
+        **whole_table,
         "expired": expired,
         "variant": variant,
         "wall_ms": first["wall_ms"],
@@ -205,12 +219,22 @@ def _one_pass(
     }
 
 
+def _read_whole_table(bench: Bench, first: dict[str, Any]) -> bool:
+    """Did the pass's cleanup read every task? Then it moved the whole-table mark to its start."""
+    from leasing.conf import get_settings
+
+    name = f"checkpoint_full_cleanup:{get_settings().checkpoint_retention}"
+    through = bench.one("SELECT through FROM leasing_rollup_marks WHERE name = %s", [name])
+    return through is not None and through == datetime.fromisoformat(first["scanned_at"])
+
+
 def rows(r: dict[str, Any]) -> Iterator[Row]:
     for run in r["runs"]:
         tgt = run.get("target_ms")
         suffix = "" if run["variant"] == AS_MIGRATED else f", {run['variant']}"
-        if run["variant"] == HISTORY:
-            suffix = f", {r['history_checkpoints']:,} checkpoints in the table"
+        if run["variant"] in (HISTORY, WHOLE_TABLE):
+            cleanup = "every task" if run["whole_table_cleanup"] else "since its mark"
+            suffix = f", {r['history_checkpoints']:,} checkpoints in the table (cleanup: {cleanup})"
         label = f"sweep {run['expired']:,} expired of {r['rows']:,} rows{suffix}"
         if "timed_out_after_s" in run:
             yield Row(label, f"> {run['timed_out_after_s']:g} s (stopped)", "", False)

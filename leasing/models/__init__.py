@@ -1,6 +1,7 @@
 """The tables, declared as models: `work_items`, `checkpoints`, `idempotency_keys`,
 `workers`, `work_item_dependencies`, `schedules`, `leasing_pauses` and the
-console's hourly rollup (`leasing_finished_hours`, `leasing_rollup_marks`).
+console's hourly rollup (`leasing_finished_hours`), and the marks of periodic passes
+(`leasing_rollup_marks`: the rollup's, the sweep's checkpoint cleanup's).
 
 Table and column names are the product's documented schema, so monitoring SQL
 written against the tables runs unchanged. State changes do not live here:

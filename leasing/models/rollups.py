@@ -47,7 +47,13 @@ class FinishedHour(models.Model):
 
 
 class RollupMark(models.Model):
-    """How far a rollup has gone: every hour before `through` is rolled up."""
+    """How far a periodic pass has gone (`leasing.sql.marks`).
+
+    `finished_hours`: every hour before `through` is rolled up.
+    `checkpoint_cleanup:N` / `checkpoint_full_cleanup:N`: the sweep's last
+    checkpoint cleanup to retention N (the last that read every task) began
+    at `through`.
+    """
 
     name = models.CharField(max_length=64, primary_key=True)
     through = models.DateTimeField(null=True)

@@ -34,6 +34,7 @@ from typing import Any
 from django.db import transaction
 
 from .. import validation
+from ..sql import marks
 from ..sql import rollups as sql
 from ..sql.dialect import Dialect
 from ..sql.runner import database_now, dump_json, run, run_one, to_datetime, translate_db_errors
@@ -203,8 +204,8 @@ def roll_up_finished_hours(
     d = Dialect(using)
     with translate_db_errors(), transaction.atomic(using=using):
         now = database_now(using)
-        run(using, sql.ensure_mark(ROLLUP))
-        mark = run_one(using, sql.lock_mark(d, ROLLUP))
+        run(using, marks.ensure_mark(ROLLUP))
+        mark = run_one(using, marks.lock_mark(d, ROLLUP))
         through = to_datetime(mark["through"]) if mark else None
         closed = floor_quarter(now - GRACE)
         start = max(through or floor_hour(now - BACKFILL), floor_hour(now - KEEP))
@@ -217,7 +218,7 @@ def roll_up_finished_hours(
         run(using, sql.delete_hours(d, first_hour, end))
         for statement in sql.insert_hours(d, [_values(g) for g in groups]):
             run(using, statement)
-        run(using, sql.set_mark(d, ROLLUP, end))
+        run(using, marks.set_mark(d, ROLLUP, end))
         run(using, sql.prune_hours(d, floor_hour(now - KEEP)))
     hours = int((ceil_hour(end) - first_hour) / HOUR)
     return RollupResult(hours=hours, rows=len(groups), through=end)
@@ -241,5 +242,5 @@ def _values(group: FinishedGroup) -> tuple[Any, ...]:
 def rollup_mark(*, using: str = "default") -> datetime | None:
     """Everything finished before this is rolled up (None: nothing is)."""
     with translate_db_errors():
-        row = run_one(using, sql.read_mark(ROLLUP))
+        row = run_one(using, marks.read_mark(ROLLUP))
     return to_datetime(row["through"]) if row else None

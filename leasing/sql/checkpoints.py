@@ -126,7 +126,7 @@ def delete_beyond_retention(d: Dialect, retention: int, since: Any = None) -> St
     stamp them with the database clock in the same order (each takes the
     task's lock before its INSERT), so a task that gained rows has its
     highest number among them. (A row seeded with an older `created_at`
-    waits for a cleanup without `since`, as every sweep's first pass is.)
+    waits for a cleanup without `since`, as the sweep runs one a day.)
     Most tasks never reach `retention`, and most passes then read only the
     new rows' index entries: ranking every row of every task that gained one
     cost a sweep pass 130 ms at 200 checkpoints a second (each pass looks

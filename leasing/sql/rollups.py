@@ -4,7 +4,7 @@
 `work_items_finished_idx` (index-only: it holds every column read here).
 PostgreSQL groups them per hour, pair, status, retry count and run-time
 bucket; SQLite returns the rows, which `leasing.services.rollups` groups the
-same way. The other statements write the rollup and its mark; only that
+same way. The other statements write the rollup (its mark: `leasing.sql.marks`); only that
 service calls them.
 
 Run times go into log-scale buckets: bucket 0 holds runs under
@@ -126,31 +126,6 @@ def rolled_hours(d: Dialect, start: datetime, end: datetime) -> Statement:
         FROM leasing_finished_hours WHERE hour >= %s AND hour < %s
     """
     return sql, [d.datetime_param(start), d.datetime_param(end)]
-
-
-def ensure_mark(name: str) -> Statement:
-    return (
-        "INSERT INTO leasing_rollup_marks (name, through) VALUES (%s, NULL) "
-        "ON CONFLICT (name) DO NOTHING",
-        [name],
-    )
-
-
-def read_mark(name: str) -> Statement:
-    return "SELECT through FROM leasing_rollup_marks WHERE name = %s", [name]
-
-
-def lock_mark(d: Dialect, name: str) -> Statement:
-    """The mark, locked until the transaction ends (one rollup at a time)."""
-    sql, params = read_mark(name)
-    return (f"{sql} FOR UPDATE" if d.is_postgres else sql), params
-
-
-def set_mark(d: Dialect, name: str, through: datetime) -> Statement:
-    return (
-        "UPDATE leasing_rollup_marks SET through = %s WHERE name = %s",
-        [d.datetime_param(through), name],
-    )
 
 
 def delete_hours(d: Dialect, start: datetime, end: datetime) -> Statement:

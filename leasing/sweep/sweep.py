@@ -20,7 +20,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connections
@@ -29,7 +28,7 @@ from .. import validation
 from ..conf import get_settings
 from ..exceptions import DatabaseUnavailable, InvalidInput, ProcessIdInUse
 from ..services import processes
-from ..services.checkpoints import cleanup_checkpoints
+from ..services.checkpoints import cleanup_checkpoints_since_mark
 from ..services.idempotency import delete_expired_keys
 from ..services.recovery import recover_batch
 from ..services.rollups import roll_up_finished_hours
@@ -39,10 +38,6 @@ from .stats import COUNTED, RecoveryStats, describe
 
 logger = logging.getLogger("leasing.sweep")
 
-# A cleanup pass re-examines tasks whose checkpoints were created since the
-# previous pass began, minus this overlap: a checkpoint's created_at is its
-# statement time, and its transaction may commit a little later.
-CLEANUP_OVERLAP = timedelta(seconds=60)
 # SQLite binds at most 32766 parameters; a checkpoint row binds five.
 MAX_BATCH_SIZE = 5000
 # A batch aborted by a lock conflict (busy workers' SKIP LOCKED claims can take
@@ -116,7 +111,6 @@ class RecoverySweep:
         self._scan_lock = threading.Lock()  # one pass at a time per sweep
         self._stats_lock = threading.Lock()
         self._registered = False
-        self._last_cleanup_at: datetime | None = None
         self._total_scans = 0
         self._totals = dict.fromkeys(COUNTED, 0)
         self._last_scan: RecoveryStats | None = None
@@ -218,11 +212,10 @@ class RecoverySweep:
     def _cleanup(self, counts: dict[str, Any]) -> None:
         if not self.cleanup_old_checkpoints:
             return
-        since = None if self._last_cleanup_at is None else self._last_cleanup_at - CLEANUP_OVERLAP
-        counts["checkpoints_deleted"] = cleanup_checkpoints(
-            self.checkpoint_retention_limit, since=since, using=self.using
-        )
-        self._last_cleanup_at = counts["scanned_at"]
+        at = counts["scanned_at"] or database_now(self.using)
+        counts["checkpoints_deleted"] = cleanup_checkpoints_since_mark(
+            self.checkpoint_retention_limit, at=at, using=self.using
+        ).deleted
 
     def _expire_keys(self, counts: dict[str, Any]) -> None:
         counts["keys_expired"] = delete_expired_keys(
