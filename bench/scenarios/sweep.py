@@ -205,9 +205,9 @@ def _one_pass(
             f"{first['recovered']} of {expired}, {first['errors']} errors"
         )
     progress(f"    {first['wall_ms']:.1f} ms ({first['batches']} batches)")
-    whole_table = {} if not history else {"whole_table_cleanup": _read_whole_table(bench, first)}
+    cleanup = {"whole_table_cleanup": _read_whole_table(bench, first)} if history else {}
     return {
-        **whole_table,
+        **cleanup,
         "expired": expired,
         "variant": variant,
         "wall_ms": first["wall_ms"],

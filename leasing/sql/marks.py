@@ -2,7 +2,7 @@
 
 A mark is a name and a time. The console's hourly rollup keeps one
 (`leasing.services.rollups`); the sweep's checkpoint cleanup keeps two per
-retention limit (`leasing.services.checkpoints.cleanup_since_last_pass`).
+retention limit (`leasing.services.checkpoints.cleanup_checkpoints_since_mark`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 `work_items_finished_idx` (index-only: it holds every column read here).
 PostgreSQL groups them per hour, pair, status, retry count and run-time
 bucket; SQLite returns the rows, which `leasing.services.rollups` groups the
-same way. The other statements write the rollup (its mark: `leasing.sql.marks`); only that
-service calls them.
+same way. The other statements write the rollup; only that service calls
+them (and keeps the rollup's mark through `leasing.sql.marks`).
 
 Run times go into log-scale buckets: bucket 0 holds runs under
 `FIRST_EDGE` seconds, bucket i >= 1 those in [FIRST_EDGE * RATIO**(i-1),
