@@ -94,7 +94,7 @@ test-bench-smoke: venv
 		$(PY) -m pytest tests/test_bench_smoke.py $(PYTEST_ARGS)
 
 # What CI runs (.ci/run): the README's `make test`, the benchmark smoke run, the
-# suite on Django 6.0 and the HA suite, about 25 minutes in all.
+# suite on Django 6.0 and the HA suite, 20 to 30 minutes in all.
 # CI's pass on Django 6.0: not the browser tests (the HTML tests render the same
 # pages) nor the modules that run workers, demos and crashes in real processes
 # (their code does not depend on the Django release), nor the new-user test
