@@ -92,6 +92,11 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert _positive(machine["raw_loop_probe"]["jobs_per_s"])
     commit = machine["commit_probe"]
     assert commit["n"] == 1_000 and 0 < commit["p50"] <= commit["p99"] <= commit["max"], commit
+    wake = machine["wake_probe"]
+    for name in ("back_to_back", "after_5ms_idle"):
+        figures = wake[name]
+        assert figures["n"] == machine["sizes"]["wake_probes"], wake
+        assert 0 < figures["p50"] <= figures["p99"], wake
 
     enqueue = records["enqueue"]
     assert enqueue["items"] > 0 and _positive(enqueue["seconds"])
@@ -196,6 +201,9 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert all(_positive(r["claim_ms"]["p99"]) for r in longtx["runs"])
     assert _positive(longtx["throughput_ratio"])
 
+    # One and four claimers, each flat out and paced by a 5 ms "handler".
+    shapes = {(r["claimers"], r["think_ms"] > 0) for r in records["claim"]["runs"]}
+    assert {(1, False), (1, True), (4, False), (4, True)} <= shapes, shapes
     for run in records["claim"]["runs"]:
         assert run["claim_ms"]["n"] > 0 and _positive(run["claim_ms"]["p99"]), run
         assert _positive(run["server_explain_ms_fresh_backlog"]["execution_ms"]), run

@@ -63,6 +63,7 @@ def run(bench: Bench) -> dict[str, Any]:
         "runworker_options": list(RUNWORKER_OPTIONS),
         "raw_loop_probe": raw_loop_probe(bench),
         "commit_probe": commit_probe(bench),
+        "wake_probe": wake_probe(bench),
     }
 
 
@@ -88,6 +89,32 @@ def commit_probe(bench: Bench) -> dict[str, Any]:
         finally:
             conn.execute("DROP TABLE bench_commit_probe")
     return summary_ms(seconds)
+
+
+WAKE_PROBE_GAP_S = 0.005
+
+
+def wake_probe(bench: Bench) -> dict[str, Any]:
+    """What an idle pause costs this host's next round trip: `SELECT 1` back to
+    back, then each after a 5 ms sleep (as the claim scenario's paced claimers
+    and a handler of 5 ms pause). On this VM a CPU left idle for a few
+    milliseconds comes back slow (caches and the idle vCPU): the paced figure
+    is the host's floor under every claim made after a pause, with no
+    contention at all."""
+    count = bench.sizes.wake_probes
+    progress(f"  wake probe: {count} round trips back to back, then 5 ms apart")
+    figures: dict[str, Any] = {}
+    with connect(bench.url) as conn:
+        for name, gap in (("back_to_back", 0.0), ("after_5ms_idle", WAKE_PROBE_GAP_S)):
+            seconds: list[float] = []
+            for _ in range(count):
+                started = time.perf_counter()
+                conn.execute("SELECT 1").fetchone()
+                seconds.append((time.perf_counter() - started) * 1000)
+                if gap:
+                    time.sleep(gap)
+            figures[name] = summary_ms(seconds, 3)
+    return figures
 
 
 def raw_loop_probe(bench: Bench) -> dict[str, Any]:
@@ -126,3 +153,10 @@ def rows(m: dict[str, Any]) -> Iterator[Row]:
         f"one-row commit, idle server ({commit.get('n')}): p50 / p99 / max ms",
         f"{commit.get('p50')} / {commit.get('p99')} / {commit.get('max')}",
     )
+    wake = m.get("wake_probe") or {}
+    if wake:
+        busy, idle = wake["back_to_back"], wake["after_5ms_idle"]
+        yield Row(
+            "SELECT 1 round trip ms p50 / p99: back to back; after a 5 ms idle",
+            f"{busy.get('p50')} / {busy.get('p99')}; {idle.get('p50')} / {idle.get('p99')}",
+        )
