@@ -190,15 +190,54 @@ def test_the_demo_keeps_an_expired_lease_visible_and_restarts_a_killed_worker(tm
             proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the demo did not stop within 60 s of Ctrl-C:\n" + "".join(lines))
         finally:
             if proc.poll() is None:
                 proc.kill()
     assert proc.returncode == 0, "".join(lines)
+    # Every child stopped on its SIGTERM; none had to be killed.
+    assert not said("did not stop within"), "".join(lines)
     reader.join(timeout=5)
     # Every child was stopped with the demo.
     for pid in (new_pid,):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_stop_kills_and_names_children_that_ignore_sigterm_within_one_deadline(tmp_path):
+    """Two children that ignore SIGTERM: both killed and named, after one stop timeout in all."""
+    ready = [tmp_path / "a", tmp_path / "b"]
+    stubborn = [
+        Child(
+            name,
+            [
+                sys.executable,
+                "-c",
+                "import signal, sys, time, pathlib; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)",
+                str(path),
+            ],
+        )
+        for name, path in zip(("worker", "sweep"), ready, strict=True)
+    ]
+    said: list[str] = []
+    supervisor = Supervisor(stubborn, said.append, stop_timeout=1.0)
+    supervisor.start()
+    try:
+        until(lambda: all(path.exists() for path in ready))
+        started = time.monotonic()
+        supervisor.stop()
+        took = time.monotonic() - started
+    finally:
+        for child in stubborn:
+            if child.running:
+                child.proc.kill()
+    assert 1.0 <= took < 1.9, took  # one deadline, not one per child
+    assert all(child.proc.returncode == -signal.SIGKILL for child in stubborn)
+    for child in stubborn:
+        line = f"the {child.name} (pid {child.proc.pid}) did not stop within 1 s of SIGTERM"
+        assert any(line in s for s in said), said
 
 
 def test_run_restarts_a_lone_child_and_stops_it_on_sigterm(supervise):

@@ -66,12 +66,14 @@ class Supervisor:
         *,
         env: dict[str, str] | None = None,
         restart_delay: float = RESTART_DELAY,
+        stop_timeout: float = STOP_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.children = list(children)
         self.say = say
         self.env = env
         self.restart_delay = restart_delay
+        self.stop_timeout = stop_timeout
         self.clock = clock
         self.stopping = False
 
@@ -154,15 +156,25 @@ class Supervisor:
             signal.signal(signal.SIGTERM, previous)
 
     def stop(self) -> None:
+        """SIGTERM every running child; kill, and name, any still running `stop_timeout` later.
+
+        One deadline for all of them, so Ctrl-C ends the demo within
+        `stop_timeout` however many children are slow to stop.
+        """
         self.stopping = True
         running = [c for c in self.children if c.running]
         for child in running:
             assert child.proc is not None
             child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout
         for child in running:
             assert child.proc is not None
             try:
-                child.proc.wait(timeout=STOP_TIMEOUT)
+                child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                self.say(
+                    f"   the {child.name} (pid {child.proc.pid}) did not stop within "
+                    f"{self.stop_timeout:g} s of SIGTERM; killing it"
+                )
                 child.proc.kill()
                 child.proc.wait()
