@@ -35,6 +35,10 @@ def until(predicate: Callable[[], object], timeout: float = 15.0, step: float = 
         time.sleep(step)
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.fixture
 def supervise():
     made: list[Supervisor] = []
@@ -144,10 +148,13 @@ def test_the_demo_keeps_an_expired_lease_visible_and_restarts_a_killed_worker(tm
         "PYTHONUNBUFFERED": "1",
     }
     expired_for = 10.0
+    # Started with SIGINT ignored, as a non-interactive shell starts a background
+    # job (`make demo &`, a CI script): Ctrl-C must stop the demo all the same.
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "demo", "--port", str(free_port()),
          "--expired-for", str(expired_for)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_ignore_sigint,
     )  # fmt: skip
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)

@@ -52,6 +52,9 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -142,8 +145,14 @@ class Supervisor:
         return any(not c.given_up for c in self.children)
 
     def run(self, interval: float = 0.5) -> None:
-        """Supervise until every child is given up, or Ctrl-C / SIGTERM (then stop them all)."""
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        """Supervise until every child is given up, or Ctrl-C / SIGTERM (then stop them all).
+
+        Both signals are handled here, SIGINT too: a process started in the
+        background by a non-interactive shell (`make demo &`, a CI script)
+        inherits SIGINT ignored, and Python then never turns it into
+        KeyboardInterrupt, so Ctrl-C / `kill -INT` would stop nothing.
+        """
+        previous = {signum: signal.signal(signum, _interrupt) for signum in STOP_SIGNALS}
         self.start()
         try:
             while self.alive and not self.stopping:
@@ -153,7 +162,8 @@ class Supervisor:
             pass
         finally:
             self.stop()
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def stop(self) -> None:
         """SIGTERM every running child; kill, and name, any still running `stop_timeout` later.
