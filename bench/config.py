@@ -80,8 +80,8 @@ class Sizes:
     # snapshot held a claim takes ~50 ms on a slow host, so 1,000 each took 50 s.
     longtx_claim_count: int = 250
     probe_items: int = 4_000
-    wake_probes: int = 1_000  # SELECT 1 round trips each way (machine's wake probe)
     probe_workers: int = 4
+    wake_probes: int = 1_000  # SELECT 1 round trips each way (machine's wake probe)
     enqueue_items: int = 100_000
     options_items: int = 10_000
     options_workers: int = 4
@@ -137,8 +137,8 @@ class Sizes:
             longtx_churn=1_000,
             longtx_claim_count=50,
             probe_items=300,
-            wake_probes=200,
             probe_workers=2,
+            wake_probes=200,
             enqueue_items=5_000,
             options_items=300,
             options_workers=2,

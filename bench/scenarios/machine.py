@@ -77,18 +77,25 @@ def commit_probe(bench: Bench) -> dict[str, Any]:
     sees an enqueued item before its commit returns, so the tail of this
     figure is a floor under every enqueue->start latency of the run."""
     progress(f"  commit probe: {COMMIT_PROBES} one-row commits")
-    seconds: list[float] = []
     with connect(bench.url) as conn:
         conn.execute("CREATE TABLE bench_commit_probe (x int)")
         try:
-            for _ in range(COMMIT_PROBES):
-                started = time.perf_counter()
-                conn.execute("INSERT INTO bench_commit_probe VALUES (1)")
-                seconds.append((time.perf_counter() - started) * 1000)
-                time.sleep(COMMIT_PROBE_GAP_S)
+            statement = "INSERT INTO bench_commit_probe VALUES (1)"
+            return summary_ms(_timed(conn, statement, COMMIT_PROBES, COMMIT_PROBE_GAP_S))
         finally:
             conn.execute("DROP TABLE bench_commit_probe")
-    return summary_ms(seconds)
+
+
+def _timed(conn: Any, statement: str, count: int, gap_s: float) -> list[float]:
+    """Milliseconds of `count` executions of `statement`, `gap_s` of sleep after each."""
+    ms: list[float] = []
+    for _ in range(count):
+        started = time.perf_counter()
+        conn.execute(statement)
+        ms.append((time.perf_counter() - started) * 1000)
+        if gap_s:
+            time.sleep(gap_s)
+    return ms
 
 
 WAKE_PROBE_GAP_S = 0.005
@@ -103,18 +110,11 @@ def wake_probe(bench: Bench) -> dict[str, Any]:
     contention at all."""
     count = bench.sizes.wake_probes
     progress(f"  wake probe: {count} round trips back to back, then 5 ms apart")
-    figures: dict[str, Any] = {}
     with connect(bench.url) as conn:
-        for name, gap in (("back_to_back", 0.0), ("after_5ms_idle", WAKE_PROBE_GAP_S)):
-            seconds: list[float] = []
-            for _ in range(count):
-                started = time.perf_counter()
-                conn.execute("SELECT 1").fetchone()
-                seconds.append((time.perf_counter() - started) * 1000)
-                if gap:
-                    time.sleep(gap)
-            figures[name] = summary_ms(seconds, 3)
-    return figures
+        return {
+            name: summary_ms(_timed(conn, "SELECT 1", count, gap), 3)
+            for name, gap in (("back_to_back", 0.0), ("after_5ms_idle", WAKE_PROBE_GAP_S))
+        }
 
 
 def raw_loop_probe(bench: Bench) -> dict[str, Any]:
