@@ -208,3 +208,36 @@ def recorded(path: Path, what: str | None = None) -> list[list[str]]:
         return []
     lines = [line.split() for line in path.read_text().splitlines() if line.strip()]
     return [line for line in lines if what is None or line[2] == what]
+
+
+# --- the admin tests' scenario and clients (tests/test_admin_support.py) ----------------
+
+
+@pytest.fixture
+def scenario(db: None) -> Any:
+    """One item in each lease health and status (`lease_scenario()`)."""
+    from tests.test_admin_support import lease_scenario
+
+    return lease_scenario()
+
+
+@pytest.fixture
+def operator_client(db: None) -> Any:
+    """A staff user who may view everything and force-release (no payloads)."""
+    return _admin_client("operator", "leasing.force_release_workitem")
+
+
+@pytest.fixture
+def viewer_client(db: None) -> Any:
+    """A staff user who may only view (no payloads)."""
+    return _admin_client("viewer")
+
+
+def _admin_client(username: str, *extra_perms: str) -> Any:
+    from django.test import Client
+
+    from tests.test_admin_support import VIEW_ALL, make_user
+
+    client = Client()
+    client.force_login(make_user(username, *VIEW_ALL, *extra_perms))
+    return client

@@ -9,23 +9,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 
 from leasing import enqueue
 from leasing.admin.options import WorkItemAdmin
 from leasing.admin.paginator import EstimatedCountPaginator
 from leasing.models import WorkItem
 from leasing.sql.runner import database_now
-from tests.test_admin_support import VIEW_ALL, changelist_url, make_user
+from tests.test_admin_support import changelist_url
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def viewer_client() -> Client:
-    client = Client()
-    client.force_login(make_user("viewer", *VIEW_ALL))
-    return client
 
 
 @pytest.fixture

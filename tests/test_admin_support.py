@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.test import Client
 from django.urls import reverse
 
 from leasing import Lease, LeaseManager, enqueue
@@ -202,3 +203,32 @@ def form_fields(html: str, form_id: str) -> dict[str, list[str]]:
     for name, value in parser.fields:
         fields.setdefault(name, []).append(value)
     return fields
+
+
+def row(item_id: str) -> dict[str, Any]:
+    """The work item's row as a dict."""
+    return WorkItem.objects.filter(pk=item_id).values().get()
+
+
+def start_action(client: Client, action: str, *item_ids: str) -> Any:
+    """Choose an action on the change list and press Go (what the admin form posts)."""
+    return client.post(
+        changelist_url(),
+        {"action": action, "_selected_action": list(item_ids), "index": "0"},
+    )
+
+
+def confirm(client: Client, page: Any, **changes: str | None) -> Any:
+    """Submit the confirmation page's form, optionally altering fields."""
+    fields = form_fields(page.content.decode(), "leasing-operator-form")
+    fields.pop("csrfmiddlewaretoken", None)
+    for name, value in changes.items():
+        if value is None:
+            fields.pop(name, None)
+        else:
+            fields[name] = [value]
+    return client.post(changelist_url(), fields, follow=True)
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(m) for m in response.context["messages"]]

@@ -1,0 +1,165 @@
+"""The recovery sweep when a batch fails, deadlocks or loses its database."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from leasing import LeaseManager, enqueue, enqueue_many
+from leasing.exceptions import DatabaseUnavailable
+from leasing.models import Checkpoint, Worker, WorkItem
+from leasing.services import recovery
+from tests.conftest import raise_deadlock, wait_for
+from tests.recovery_helpers import boundaries, expire, row, sweep
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkeypatch):
+    item = enqueue("t", "noop")
+    LeaseManager("w").acquire_lease()
+    expire(item.pk)
+    s = sweep()
+    calls = {"n": 0}
+
+    # Fails after the batch's UPDATE and checkpoints, still inside its transaction.
+    def flaky(real):
+        def batch(*args):
+            outcome = real(*args)
+            calls["n"] += 1
+            if calls["n"] == 1:
+                assert outcome.requeued == 1 and outcome.checkpoints == 1
+                raise RuntimeError("disk full")
+            return outcome
+
+        return batch
+
+    for name in ("_recover_postgres", "_recover_sqlite"):
+        monkeypatch.setattr(recovery, name, flaky(getattr(recovery, name)))
+
+    first = s.scan_and_recover()
+    assert (first.errors, first.recovered, first.expired_found) == (1, 0, 0)
+    assert row(item.pk)["status"] == "in_progress"  # the UPDATE was rolled back too
+    assert not Checkpoint.objects.exists()
+
+    second = s.scan_and_recover()
+    assert (second.errors, second.recovered) == (0, 1)
+    assert row(item.pk)["status"] == "pending"
+    assert len(boundaries(item.pk)) == 1
+    assert s.get_statistics()["total_errors"] == 1
+
+
+def test_a_batch_aborted_by_a_deadlock_runs_again_in_the_same_pass(db, monkeypatch, caplog):
+    items = enqueue_many([{"task_id": f"t{i}", "work_type": "noop"} for i in range(3)])
+    LeaseManager("w").acquire_leases(3)
+    expire(*[i.pk for i in items])
+    aborted = []
+
+    def deadlock_once(real):
+        def batch(*args):
+            if not aborted:
+                outcome = real(*args)  # its writes roll back with the error
+                aborted.append(outcome)
+                raise_deadlock()
+            return real(*args)
+
+        return batch
+
+    for name in ("_recover_postgres", "_recover_sqlite"):
+        monkeypatch.setattr(recovery, name, deadlock_once(getattr(recovery, name)))
+
+    with caplog.at_level("WARNING", logger="leasing.sweep"):
+        stats = sweep().scan_and_recover()
+
+    assert aborted and aborted[0].requeued == 3
+    assert (stats.errors, stats.expired_found, stats.recovered, stats.batches) == (0, 3, 3, 1)
+    assert WorkItem.objects.pending().count() == 3
+    assert Checkpoint.objects.count() == 3  # the aborted batch's checkpoints are gone
+    assert "a batch was aborted (deadlock detected); running it again" in caplog.text
+
+
+def test_a_batch_that_keeps_deadlocking_is_given_up_for_this_pass(db, monkeypatch):
+    item = enqueue("t", "noop")
+    LeaseManager("w").acquire_lease()
+    expire(item.pk)
+
+    def always_deadlocks(*args):
+        raise_deadlock()
+
+    for name in ("_recover_postgres", "_recover_sqlite"):
+        monkeypatch.setattr(recovery, name, always_deadlocks)
+
+    stats = sweep().scan_and_recover()
+    assert (stats.errors, stats.recovered) == (1, 0)
+    assert row(item.pk)["status"] == "in_progress"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_background_sweep_survives_a_database_outage(db, monkeypatch):
+    from leasing.sweep import sweep as sweep_module
+
+    real = sweep_module.database_now
+    outages = {"left": 2}
+
+    def down(using: str = "default"):
+        if outages["left"]:
+            outages["left"] -= 1
+            raise DatabaseUnavailable("Database unavailable: connection refused")
+        return real(using)
+
+    monkeypatch.setattr(sweep_module, "database_now", down)
+    item = enqueue("t", "noop")
+    LeaseManager("w").acquire_lease()
+    expire(item.pk)
+    s = sweep(scan_interval_seconds=0.05)
+    s.start()
+    try:
+        wait_for(lambda: row(item.pk)["status"] == "pending")
+        wait_for(lambda: s.get_statistics()["total_recovered"] == 1)
+        assert s.get_statistics()["total_errors"] == 2
+        assert s.is_running()
+    finally:
+        s.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_requeued_items_wake_listening_workers_on_commit_failed_ones_do_not(db):
+    import psycopg
+
+    from leasing.sql.new_items import NOTIFY_CHANNEL
+    from tests.conftest import database_url
+
+    retried = enqueue("t", "noop", queue_name="q-retry")
+    failed = enqueue("t", "noop", queue_name="q-final", max_retries=0)
+    assert len(LeaseManager("w").acquire_leases(2)) == 2
+    expire(retried.pk, failed.pk)
+    with psycopg.connect(database_url(), autocommit=True) as listener:
+        listener.execute(f'LISTEN "{NOTIFY_CHANNEL}"')
+        stats = sweep().scan_and_recover()
+        payloads = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert (stats.recovered, stats.failed) == (1, 1)
+    assert payloads == ["q-retry"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_background_sweep_reconnects_after_its_connection_is_killed(db):
+    s = sweep(scan_interval_seconds=0.05)
+    s.start()
+    try:
+        wait_for(lambda: s.get_statistics()["total_scans"] >= 1)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        item = enqueue("t", "noop")
+        LeaseManager("w").acquire_lease()
+        expire(item.pk)
+        wait_for(lambda: row(item.pk)["status"] == "pending")
+        assert s.get_statistics()["total_errors"] >= 1
+        assert s.is_running()
+    finally:
+        s.stop()
+    assert Worker.objects.get(pk=s.worker_id).status == "stopped"
