@@ -202,6 +202,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
     raise AssertionError("condition not reached in time")
 
 
+def row(item_id: str) -> dict[str, Any]:
+    """The work item's row as a dict, read now."""
+    from leasing.models import WorkItem
+
+    return WorkItem.objects.filter(pk=item_id).values().get()
+
+
 def recorded(path: Path, what: str | None = None) -> list[list[str]]:
     """Lines a test handler recorded (`item token what worker`), optionally of one kind."""
     if not path.exists():

@@ -17,10 +17,6 @@ def expire(*item_ids: str, seconds_ago: float = 1.0) -> None:
     )
 
 
-def row(item_id: str) -> dict[str, Any]:
-    return WorkItem.objects.filter(pk=item_id).values().get()
-
-
 def boundaries(item_id: str) -> list[Checkpoint]:
     return list(
         Checkpoint.objects.filter(work_item_id=item_id, checkpoint_type="error_boundary").order_by(

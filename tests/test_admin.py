@@ -15,6 +15,7 @@ from django.test import Client
 from leasing.admin.paginator import EstimatedCountPaginator
 from leasing.models import Checkpoint, IdempotencyKey, Worker
 from leasing.sql.runner import database_now
+from tests.conftest import row
 from tests.test_admin_support import (
     FORCE,
     PAYLOAD,
@@ -25,7 +26,6 @@ from tests.test_admin_support import (
     claim,
     form_fields,
     make_user,
-    row,
 )
 
 pytestmark = pytest.mark.django_db

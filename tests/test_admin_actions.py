@@ -13,6 +13,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from leasing import LeaseManager
 from leasing.exceptions import LeaseLostError
 from leasing.models import Checkpoint, WorkItem
+from tests.conftest import row
 from tests.test_admin_support import (
     change_url,
     changelist_url,
@@ -20,7 +21,6 @@ from tests.test_admin_support import (
     confirm,
     form_fields,
     messages_of,
-    row,
     shift,
     start_action,
 )

@@ -205,11 +205,6 @@ def form_fields(html: str, form_id: str) -> dict[str, list[str]]:
     return fields
 
 
-def row(item_id: str) -> dict[str, Any]:
-    """The work item's row as a dict."""
-    return WorkItem.objects.filter(pk=item_id).values().get()
-
-
 def start_action(client: Client, action: str, *item_ids: str) -> Any:
     """Choose an action on the change list and press Go (what the admin form posts)."""
     return client.post(

@@ -22,8 +22,8 @@ from leasing.services import processes
 from leasing.services.checkpoints import create_checkpoint
 from leasing.sql.runner import database_now
 from leasing.sweep import RecoveryStats, RecoverySweep
-from tests.conftest import wait_for
-from tests.recovery_helpers import boundaries, expire, row, sweep
+from tests.conftest import row, wait_for
+from tests.recovery_helpers import boundaries, expire, sweep
 
 pytestmark = pytest.mark.django_db
 

@@ -17,8 +17,8 @@ from leasing.models import Checkpoint, WorkItem
 from leasing.services.checkpoints import create_checkpoint
 from leasing.sql.runner import database_now
 from leasing.sweep import RecoveryStats
-from tests.conftest import wait_for
-from tests.recovery_helpers import boundaries, expire, row, sweep
+from tests.conftest import row, wait_for
+from tests.recovery_helpers import boundaries, expire, sweep
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ from leasing import LeaseManager, enqueue, enqueue_many
 from leasing.exceptions import DatabaseUnavailable
 from leasing.models import Checkpoint, Worker, WorkItem
 from leasing.services import recovery
-from tests.conftest import raise_deadlock, wait_for
-from tests.recovery_helpers import boundaries, expire, row, sweep
+from tests.conftest import raise_deadlock, row, wait_for
+from tests.recovery_helpers import boundaries, expire, sweep
 
 pytestmark = pytest.mark.django_db
 
