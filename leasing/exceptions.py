@@ -103,6 +103,19 @@ class PermanentError(LeasingError):
     """Raised by a handler: fail the item now, do not retry."""
 
 
+class UnstorableOutput(PermanentError):
+    """A run's result cannot be stored as JSON: the item fails at once.
+
+    Running it again would repeat its side effects and fail the same way.
+    The ending is recorded with `original`, the error that made the result
+    unstorable (a `TypeError` for a `datetime`, a `set` or a model instance).
+    """
+
+    def __init__(self, message: str, original: BaseException) -> None:
+        super().__init__(message)
+        self.original = original
+
+
 # --- processes -----------------------------------------------------------------------
 
 
@@ -137,3 +150,9 @@ class IdempotencyInProgress(IdempotencyError):
 
 class DatabaseUnavailable(LeasingError):
     """The database could not be reached or dropped the connection."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line for a log: its class and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

@@ -34,7 +34,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from .context import WorkContext
-from .exceptions import PayloadNotSerializable, PermanentError
+from .exceptions import PayloadNotSerializable, PermanentError, UnstorableOutput
 from .handlers import registry
 from .ids import new_ulid
 from .services.enqueue import enqueue
@@ -241,7 +241,12 @@ def run_task(ctx: WorkContext) -> dict[str, Any]:
             value = task.call(LeasingTaskContext(task_result=result, work=ctx), *args, **kwargs)
         else:
             value = task.call(*args, **kwargs)
-        value = normalize_json(value)
+        try:
+            value = normalize_json(value)
+        except (TypeError, ValueError) as exc:
+            raise UnstorableOutput(
+                f"the task's return value cannot be stored as JSON ({exc}); not retried", exc
+            ) from exc
     except BaseException:
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         task_finished.send(type(backend), task_result=result)

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,6 +53,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "postgres" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
+    """The test database, with the state machine's guard (tests/transition_guard.py)."""
+    from tests import transition_guard
+
+    with django_db_blocker.unblock():
+        transition_guard.install()
+
+
+@pytest.fixture(autouse=True)
+def _declared_transitions_only(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test in which any statement moved a work item outside `leasing.transitions`."""
+    marker = request.node.get_closest_marker("django_db")
+    uses_db = marker is not None or {"db", "transactional_db"} & set(request.fixturenames)
+    if not uses_db or "ha" in request.node.keywords:
+        yield
+        return
+    transactional = bool(marker and marker.kwargs.get("transaction")) or (
+        "transactional_db" in request.fixturenames
+    )
+    request.getfixturevalue("transactional_db" if transactional else "db")
+    from tests import transition_guard
+
+    transition_guard.clear()
+    yield
+    try:
+        found = transition_guard.violations()
+    except OperationalError:  # the test pointed the connection at a dead server
+        connection.close()
+        return
+    if found:
+        pytest.fail(
+            "statements moved work items in ways leasing.transitions does not declare: "
+            + ", ".join(f"{move} ({item})" for move, item in found[:10]),
+            pytrace=False,
+        )
 
 
 @pytest.fixture

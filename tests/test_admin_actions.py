@@ -24,6 +24,7 @@ from tests.test_admin_support import (
     shift,
     start_action,
 )
+from tests.transition_guard import arranging
 
 pytestmark = pytest.mark.django_db
 
@@ -222,7 +223,7 @@ def test_a_deleted_item_among_confirmed_ones_is_reported(scenario, operator_clie
     page = start_action(operator_client, "force_release_selected", ids["stale"], ids["expired"])
     from django.db import connection
 
-    with connection.cursor() as cursor:
+    with arranging(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM checkpoints WHERE work_item_id = %s", [ids["expired"]])
         cursor.execute("DELETE FROM work_items WHERE work_item_id = %s", [ids["expired"]])
     done = confirm(operator_client, page, reason="cleanup")

@@ -16,6 +16,7 @@ from leasing.models import FinishedHour, Worker, WorkItem
 from leasing.services.rollups import floor_hour, roll_up_finished_hours
 from leasing.sql.runner import database_now
 from tests.test_admin_support import VIEW_ALL, claim, make_user, shift
+from tests.transition_guard import arranging
 
 pytestmark = pytest.mark.django_db
 
@@ -128,11 +129,13 @@ def test_peak_hours_fold_into_the_local_weekday_and_hour_of_any_offset(zone, rol
     ]
     for n, moment in enumerate(moments):
         item = WorkItem.objects.create(task_id=f"peak-{n}", work_type="resize")
-        WorkItem.objects.filter(pk=item.pk).update(status="completed", completed_at=moment)
+        with arranging():
+            WorkItem.objects.filter(pk=item.pk).update(status="completed", completed_at=moment)
     too_old = WorkItem.objects.create(task_id="peak-old", work_type="resize")
-    WorkItem.objects.filter(pk=too_old.pk).update(
-        status="completed", completed_at=now - timedelta(days=8)
-    )
+    with arranging():
+        WorkItem.objects.filter(pk=too_old.pk).update(
+            status="completed", completed_at=now - timedelta(days=8)
+        )
     if rolled_up:
         roll_up_finished_hours(max_hours=24 * 9)
         # The first pass reaches back 8 days: the moments and the one too old for the week.

@@ -34,6 +34,7 @@ from leasing.sql.dialect import Dialect
 from leasing.sql.rollups import bucket_of
 from leasing.sql.runner import database_now, run
 from tests.test_admin_support import VIEW_ALL, make_user
+from tests.transition_guard import arranging
 
 pytestmark = pytest.mark.django_db
 
@@ -59,14 +60,15 @@ def finish(
     """An item that finished `ended` ago after running `run_seconds` (None: never leased)."""
     now = database_now()
     item = WorkItem.objects.create(task_id=task_id, work_type=work_type, queue_name=queue_name)
-    WorkItem.objects.filter(pk=item.pk).update(
-        status=status,
-        completed_at=now - ended,
-        lease_acquired_at=None
-        if run_seconds is None
-        else now - ended - timedelta(seconds=run_seconds),
-        retry_count=retries,
-    )
+    with arranging():
+        WorkItem.objects.filter(pk=item.pk).update(
+            status=status,
+            completed_at=now - ended,
+            lease_acquired_at=None
+            if run_seconds is None
+            else now - ended - timedelta(seconds=run_seconds),
+            retry_count=retries,
+        )
     return item
 
 

@@ -15,10 +15,10 @@ from tests.recovery_helpers import boundaries, expire, sweep
 pytestmark = pytest.mark.django_db
 
 
-def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkeypatch):
-    item = enqueue("t", "noop")
-    LeaseManager("w").acquire_lease()
-    expire(item.pk)
+def test_a_failing_batch_is_rolled_back_and_its_rows_recovered_one_by_one(db, monkeypatch):
+    items = enqueue_many([{"task_id": f"t{i}", "work_type": "noop"} for i in range(3)])
+    LeaseManager("w").acquire_leases(3)
+    expire(*[i.pk for i in items])
     s = sweep()
     calls = {"n": 0}
 
@@ -28,7 +28,7 @@ def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkey
             outcome = real(*args)
             calls["n"] += 1
             if calls["n"] == 1:
-                assert outcome.requeued == 1 and outcome.checkpoints == 1
+                assert outcome.requeued == 3 and outcome.checkpoints == 3
                 raise RuntimeError("disk full")
             return outcome
 
@@ -37,16 +37,17 @@ def test_a_failing_batch_is_rolled_back_counted_and_retried_next_pass(db, monkey
     for name in ("_recover_postgres", "_recover_sqlite"):
         monkeypatch.setattr(recovery, name, flaky(getattr(recovery, name)))
 
-    first = s.scan_and_recover()
-    assert (first.errors, first.recovered, first.expired_found) == (1, 0, 0)
-    assert row(item.pk)["status"] == "in_progress"  # the UPDATE was rolled back too
-    assert not Checkpoint.objects.exists()
-
-    second = s.scan_and_recover()
-    assert (second.errors, second.recovered) == (0, 1)
-    assert row(item.pk)["status"] == "pending"
-    assert len(boundaries(item.pk)) == 1
-    assert s.get_statistics()["total_errors"] == 1
+    stats = s.scan_and_recover()
+    # The batch rolled back whole; each row was then recovered on its own.
+    assert calls["n"] == 4
+    assert (stats.errors, stats.recovered, stats.expired_found, stats.unrecovered) == (
+        0,
+        3,
+        3,
+        (),
+    )
+    assert WorkItem.objects.pending().count() == 3
+    assert [len(boundaries(i.pk)) for i in items] == [1, 1, 1]
 
 
 def test_a_batch_aborted_by_a_deadlock_runs_again_in_the_same_pass(db, monkeypatch, caplog):

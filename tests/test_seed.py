@@ -24,6 +24,7 @@ from leasing.models import (
 )
 from leasing.sql.runner import database_now
 from tests.test_admin_support import dashboard_url, make_user, timeline_url
+from tests.transition_guard import arranging
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +33,12 @@ FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "demo.json"
 
 def seed(*args: str) -> str:
     out = StringIO()
-    call_command("seed_demo", *args, stdout=out)
+    if "--fresh" in args:
+        # --fresh wipes every row first: a reset of the demo, not a transition.
+        with arranging():
+            call_command("seed_demo", *args, stdout=out)
+    else:
+        call_command("seed_demo", *args, stdout=out)
     return out.getvalue()
 
 

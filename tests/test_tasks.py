@@ -120,3 +120,19 @@ def test_bad_task_input_is_refused_without_a_row():
     with pytest.raises(InvalidTask):
         tasks.add.using(priority=500)
     assert not WorkItem.objects.exists()
+
+
+@pytest.mark.parametrize("kind", ["datetime", "set", "decimal"])
+def test_a_task_whose_return_value_json_cannot_hold_runs_once_and_fails_with_type_error(kind):
+    tasks.RUNS.clear()
+    result = tasks.returns_unstorable.enqueue(kind)
+    drain()
+    result.refresh()
+    assert tasks.RUNS == [kind]  # not retried: its side effects ran once
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 1
+    [error] = result.errors
+    assert error.exception_class is TypeError
+    item = WorkItem.objects.get(pk=result.id)
+    assert (item.status, item.retry_count) == ("failed", 0)
+    assert "cannot be stored as JSON" in item.error_message

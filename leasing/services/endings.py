@@ -1,7 +1,7 @@
 """How an attempt that did not succeed ends, recorded as an `error_boundary` checkpoint.
 
-Three endings, each one transaction (checkpoint and release together, both
-fenced by the lease):
+Three endings, each one transaction: the fenced release, then the
+checkpoint saying what it did (nothing is written if the lease moved on):
 
 * `fail_attempt`: the handler raised (or its output cannot be stored): the
   item is retried after a backoff while retries are left and `retry` allows,
@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
+from ..exceptions import UnstorableOutput
 from ..sql.snapshots import MAX_TRACEBACK_CHARS, clean_text, error_boundary
-from ..states import CheckpointType, WorkItemStatus
+from ..states import CheckpointType
 from .checkpoints import create_checkpoint
 from .held import Lease, ReleaseOutcome
 from .terms import error_text
@@ -38,16 +39,23 @@ MAX_INTERRUPTIONS = 5
 def _record(
     manager: LeaseManager,
     lease: Lease,
+    outcome: ReleaseOutcome,
     message: str | None,
     *,
     reason: str,
-    will_retry: bool,
-    counts_retry: bool,
     error: BaseException | str,
     elapsed_ms: float | None,
 ) -> None:
-    """Write the attempt's `error_boundary` checkpoint, fenced by its lease."""
+    """Write the attempt's `error_boundary` checkpoint, saying what became of the item.
+
+    Written after the fenced ending in the same transaction, so it states the
+    outcome the row took (a retry, a failure, or superseded: failed because
+    another item holds its unique key) and nothing is written if the lease
+    was gone.
+    """
     exception_class_path = trace = None
+    if isinstance(error, UnstorableOutput):
+        error = error.original  # what made it unstorable is what the record names
     if isinstance(error, BaseException):
         kind = type(error)
         exception_class_path = f"{kind.__module__}.{kind.__qualname__}"
@@ -56,16 +64,16 @@ def _record(
         )
     snapshot = error_boundary(
         error=message,
-        reason=reason,
+        reason="superseded" if outcome.superseded_by else reason,
         exception_class_path=exception_class_path,
         traceback=trace,
         worker_id=lease.worker_id,
         lease_token=lease.token,
         attempt=lease.retry_count + 1,
-        retry_count=lease.retry_count + (1 if will_retry and counts_retry else 0),
+        retry_count=outcome.retry_count,
         max_retries=lease.max_retries,
-        will_retry=will_retry,
-        new_status=WorkItemStatus.PENDING.value if will_retry else WorkItemStatus.FAILED.value,
+        will_retry=outcome.will_retry,
+        new_status=outcome.status,
         work_type=lease.work_type,
         elapsed_ms=None if elapsed_ms is None else round(elapsed_ms, 1),
     )
@@ -73,8 +81,8 @@ def _record(
         lease.task_id,
         CheckpointType.ERROR_BOUNDARY,
         snapshot,
+        work_item=lease.work_item_id,
         metadata={"source": "worker"},
-        lease=lease,
         using=manager.using,
     )
 
@@ -88,23 +96,14 @@ def fail_attempt(
     reason: str = "handler_error",
     elapsed_ms: float | None = None,
 ) -> ReleaseOutcome:
-    """Record the failure and end the attempt; `LeaseLostError` if the lease moved on."""
+    """End the attempt and record it; `LeaseLostError` if the lease moved on."""
     message = error_text(error)
-    will_retry = retry and lease.retry_count < lease.max_retries
     with transaction.atomic(using=manager.using):
-        _record(
-            manager,
-            lease,
-            message,
-            reason=reason,
-            will_retry=will_retry,
-            counts_retry=True,
-            error=error,
-            elapsed_ms=elapsed_ms,
-        )
-        return manager.end_attempt(
+        outcome = manager.end_attempt(
             lease.key, retry=retry, error=message, retry_count=lease.retry_count
         )
+        _record(manager, lease, outcome, message, reason=reason, error=error, elapsed_ms=elapsed_ms)
+        return outcome
 
 
 def interrupt_attempt(
@@ -118,17 +117,17 @@ def interrupt_attempt(
         )
     message = error_text(error)
     with transaction.atomic(using=manager.using):
+        outcome = manager.requeue(lease.key, interrupted=True, error=message)
         _record(
             manager,
             lease,
+            outcome,
             message,
             reason="interrupted",
-            will_retry=True,
-            counts_retry=False,
             error=error,
             elapsed_ms=elapsed_ms,
         )
-        return manager.requeue(lease.key, interrupted=True, error=message)
+        return outcome
 
 
 def time_out_attempt(

@@ -71,6 +71,9 @@ class ReleaseOutcome:
     status: str
     retry_count: int
     run_after: datetime | None
+    # The item that holds its unique key: it would have gone back to pending,
+    # and ended failed instead (`leasing.transitions`).
+    superseded_by: str | None = None
 
     @property
     def will_retry(self) -> bool:
@@ -141,6 +144,7 @@ def outcome_from_row(row: dict[str, Any]) -> ReleaseOutcome:
         status=row["status"],
         retry_count=row["retry_count"],
         run_after=to_datetime(row["run_after"]),
+        superseded_by=row.get("superseded_by"),
     )
 
 

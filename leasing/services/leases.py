@@ -13,21 +13,22 @@ worker runtime always passes the lease itself (`Lease.key`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from .. import signals, validation
 from ..exceptions import InvalidInput
-from ..sql import renewals
+from ..sql import renewals, unique
 from ..sql import work_items as sql
 from ..sql.dialect import Dialect
 from ..sql.limits import Limits, lock_statement
 from ..sql.new_items import notify
 from ..sql.renewals import Renewal
 from ..sql.runner import (
+    UNIQUE_RACE_ATTEMPTS,
     Statement,
     run,
     run_each,
@@ -38,12 +39,29 @@ from ..sql.runner import (
 )
 from ..sql.terms import ClaimFilters, LeaseTerms
 from .claim_shape import ClaimShape
-from .dependencies import finish_with_dependents
+from .dependencies import finish_with_dependents, settle
 from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, leases_from_rows, outcome_from_row
 from .held import refusal as lease_refusal
 from .terms import claim_filters, claim_limits, claim_terms, error_text, retry_backoff_seconds
 
 MAX_BATCH = 1000
+
+
+def rerun_if_raced(using: str, write: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Run `write` (an ending that may put an item back to pending) in a transaction.
+
+    If a concurrent enqueue committed a holder of the item's unique key after
+    the statement looked (PostgreSQL), the statement broke the key's index and
+    changed nothing: it runs again and then finds the holder (superseded).
+    """
+    for attempt in range(UNIQUE_RACE_ATTEMPTS):
+        try:
+            with translate_db_errors(), transaction.atomic(using=using):
+                return write()
+        except IntegrityError as exc:
+            if not unique.raced(exc) or attempt == UNIQUE_RACE_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def gated_run(using: str, statement: Statement, limits: Limits) -> list[tuple[Any, ...]]:
@@ -344,10 +362,13 @@ class LeaseManager:
                 plain=plain,
             )
 
-        row = run_one(self.using, statement(True))
-        if row is None:  # lost, or something depends on the item
-            row = finish_with_dependents(self.using, statement(False))
-        return self.outcome(key, row)
+        def write() -> dict[str, Any] | None:
+            row = run_one(self.using, statement(True))
+            if row is None:  # lost, or something depends on the item
+                row = finish_with_dependents(self.using, statement(False))
+            return row
+
+        return self.outcome(key, rerun_if_raced(self.using, write))
 
     def requeue_lease(self, work_item_id: str, *, token: int | None = None) -> ReleaseOutcome:
         """Give a held item back to `pending` without counting a retry (a worker stopping)."""
@@ -361,12 +382,19 @@ class LeaseManager:
         statement = sql.requeue(
             d, self.worker_id, *key, interrupted=interrupted, error=error_text(error)
         )
-        with transaction.atomic(using=self.using):
+
+        def write() -> dict[str, Any] | None:
             row = run_one(self.using, statement)
-            if row is not None and d.is_postgres:
+            if row is None:
+                return None
+            if row["superseded_by"] and row["has_dependents"]:
+                settle(self.using, failed=[row["work_item_id"]])
+            elif d.is_postgres:
                 # Another worker can start it now: do not make it wait for a poll.
                 run(self.using, notify([row["queue_name"]]))
-        return self.outcome(key, row)
+            return row
+
+        return self.outcome(key, rerun_if_raced(self.using, write))
 
     def outcome(self, key: LeaseKey, row: dict[str, Any] | None) -> ReleaseOutcome:
         """The outcome of a fenced release, or the specific error if it matched no row."""

@@ -11,20 +11,30 @@ next renewal, checkpoint or release refused by the fence.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from .. import signals, validation
 from ..exceptions import InvalidInput, WorkItemNotFound
 from ..sql import operator as sql
+from ..sql import unique
 from ..sql.dialect import Dialect
-from ..sql.runner import run_one, to_datetime, translate_db_errors
+from ..sql.runner import (
+    UNIQUE_RACE_ATTEMPTS,
+    is_infrastructure_error,
+    run_one,
+    to_datetime,
+    translate_db_errors,
+)
 from ..states import CheckpointType, DependencyFailure, WorkItemStatus
 from .checkpoints import create_checkpoint
 from .dependencies import failed_dependencies, settle
+
+logger = logging.getLogger("leasing.operations")
 
 
 class Action:
@@ -33,11 +43,10 @@ class Action:
     RETRY = sql.RETRY
 
     choices = (FORCE_RELEASE, FORCE_FAIL, RETRY)
-    # The statuses each action accepts, and the status it leaves.
+    # The statuses each action accepts (its transition's sources), and the
+    # status it usually leaves (a force-release can end superseded: failed).
     accepts: dict[str, tuple[str, ...]] = {
-        FORCE_RELEASE: (WorkItemStatus.IN_PROGRESS,),
-        FORCE_FAIL: (WorkItemStatus.IN_PROGRESS, WorkItemStatus.PENDING),
-        RETRY: (WorkItemStatus.FAILED,),
+        action: sql.TRANSITION[action].sources for action in choices
     }
     leaves: dict[str, str] = {
         FORCE_RELEASE: WorkItemStatus.PENDING,
@@ -95,6 +104,48 @@ def apply_action(
     if expected_token is not None:
         expected_token = validation.integer("expected_token", expected_token, minimum=0)
 
+    for attempt in range(UNIQUE_RACE_ATTEMPTS):
+        try:
+            return _apply(
+                action,
+                work_item_id,
+                expected_token=expected_token,
+                actor=actor,
+                reason=reason,
+                expected_heartbeat_at=expected_heartbeat_at,
+                using=using,
+            )
+        except IntegrityError as exc:
+            # A concurrent enqueue took the item's unique key after this
+            # action looked: run it again, it sees that holder now.
+            if not unique.raced(exc) or attempt == UNIQUE_RACE_ATTEMPTS - 1:
+                return _unapplied(action, work_item_id, exc)
+        except DatabaseError as exc:
+            if is_infrastructure_error(exc):
+                raise
+            return _unapplied(action, work_item_id, exc)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _unapplied(action: str, work_item_id: str, exc: Exception) -> OperatorResult:
+    """The database refused this item's change: it is left as it was, and said so."""
+    logger.error("operator action %s on %s failed: %s", action, work_item_id, exc)
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return OperatorResult(
+        work_item_id, action, False, None, None, f"skipped: the database refused it ({first})"
+    )
+
+
+def _apply(
+    action: str,
+    work_item_id: str,
+    *,
+    expected_token: int | None,
+    actor: str,
+    reason: str,
+    expected_heartbeat_at: datetime | None,
+    using: str,
+) -> OperatorResult:
     d = Dialect(using)
     allowed = Action.accepts[action]
     with translate_db_errors(), transaction.atomic(using=using):
@@ -110,6 +161,11 @@ def apply_action(
                 f"its dependency {failed_deps[0]} failed and it fails with its dependencies: "
                 "retry that one first"
             )
+        if not skipped and action == Action.RETRY and before["key_holder"]:
+            skipped = (
+                f"its unique key is held by {before['key_holder']}, which does this work; "
+                "retry once that one has finished"
+            )
         if skipped:
             return OperatorResult(
                 work_item_id,
@@ -120,8 +176,9 @@ def apply_action(
                 detail=f"skipped: {skipped}",
             )
         message = f"{Action.labels[action]} by {actor}: {reason}"
-        statement = sql.transition(d, action, work_item_id, allowed, before["lease_token"], message)
-        row = run_one(using, statement)
+        statement = sql.transition(d, action, work_item_id, before["lease_token"], message)
+        with transaction.atomic(using=using):  # a savepoint: a unique race is run again
+            row = run_one(using, statement)
         if row is None:  # pragma: no cover - the row is locked
             return OperatorResult(
                 work_item_id, action, False, before["status"], None, "skipped: changed concurrently"
@@ -137,7 +194,7 @@ def apply_action(
                 "actor": actor,
                 "reason": reason,
                 "old_status": before["status"],
-                "new_status": Action.leaves[action],
+                "new_status": row["status"],
                 "lease_holder": before["lease_holder"],
                 "lease_token": before["lease_token"],
                 "lease_expires_at": _iso(before["lease_expires_at"]),
@@ -158,6 +215,8 @@ def apply_action(
                 "reason": reason,
             }
             signals.send_after_commit(signals.lease_force_released, Action, [event], using=using)
+    if row["superseded_by"]:
+        message += f" (superseded by {row['superseded_by']}, which holds its unique key)"
     if dependents_failed:
         message += f" ({len(dependents_failed)} dependent item(s) failed with it)"
     return OperatorResult(
@@ -165,7 +224,7 @@ def apply_action(
         action,
         applied=True,
         old_status=before["status"],
-        new_status=Action.leaves[action],
+        new_status=row["status"],
         detail=message,
     )
 

@@ -9,6 +9,7 @@ that chose to) in the same transaction.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -35,22 +36,55 @@ class BatchOutcome:
 
 
 def recover_batch(
-    using: str, batch_size: int, *, create_checkpoints: bool, sweeper_id: str
+    using: str,
+    batch_size: int,
+    *,
+    create_checkpoints: bool,
+    sweeper_id: str,
+    exclude: Collection[str] = (),
+    only: str | None = None,
 ) -> BatchOutcome:
-    """Recover up to `batch_size` expired leases in one transaction."""
+    """Recover up to `batch_size` expired leases in one transaction.
+
+    `exclude`: expired rows to leave alone (they failed on their own this
+    pass); `only`: recover this one row, if it is still expired.
+    """
     d = Dialect(using)
     fail_types = handlers.fail_on_expiry_types()
     metadata = dump_json({"source": "recovery_sweep", "sweeper": sweeper_id}) or "{}"
+    pick = Pick(sorted(exclude), only)
     with translate_db_errors(), transaction.atomic(using=using):
         if d.is_postgres:
-            return _recover_postgres(d, batch_size, fail_types, create_checkpoints, metadata)
-        return _recover_sqlite(d, batch_size, fail_types, create_checkpoints, metadata)
+            return _recover_postgres(d, batch_size, fail_types, create_checkpoints, metadata, pick)
+        return _recover_sqlite(d, batch_size, fail_types, create_checkpoints, metadata, pick)
+
+
+def expired_ids(using: str, limit: int, exclude: Collection[str] = ()) -> list[str]:
+    """The next expired leases the sweep would take, oldest first (to recover one by one)."""
+    d = Dialect(using)
+    with translate_db_errors():
+        rows = run(using, sql.expired_ids(d, limit, sorted(exclude)))
+    return [row["work_item_id"] for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    exclude: list[str]
+    only: str | None
 
 
 def _recover_postgres(
-    d: Dialect, batch_size: int, fail_types: list[str], create_checkpoints: bool, metadata: str
+    d: Dialect,
+    batch_size: int,
+    fail_types: list[str],
+    create_checkpoints: bool,
+    metadata: str,
+    pick: Pick,
 ) -> BatchOutcome:
-    locked = run_one(d.using, sql.lock_expired_postgres(batch_size, lock_tasks=create_checkpoints))
+    statement = sql.lock_expired_postgres(
+        d, batch_size, lock_tasks=create_checkpoints, exclude=pick.exclude, only=pick.only
+    )
+    locked = run_one(d.using, statement)
     found = locked["found"] if locked else 0
     if not found:
         return BatchOutcome()
@@ -74,9 +108,17 @@ def _recover_postgres(
 
 
 def _recover_sqlite(
-    d: Dialect, batch_size: int, fail_types: list[str], create_checkpoints: bool, metadata: str
+    d: Dialect,
+    batch_size: int,
+    fail_types: list[str],
+    create_checkpoints: bool,
+    metadata: str,
+    pick: Pick,
 ) -> BatchOutcome:
-    candidates = run(d.using, sql.expired_candidates_sqlite(d, fail_types, batch_size))
+    statement = sql.expired_candidates_sqlite(
+        d, fail_types, batch_size, exclude=pick.exclude, only=pick.only
+    )
+    candidates = run(d.using, statement)
     if not candidates:
         return BatchOutcome()
     updated = {
@@ -148,7 +190,13 @@ def _snapshot(candidate: dict[str, object], recovered: dict[str, object]) -> dic
     will_retry = recovered["status"] == WorkItemStatus.PENDING
     return error_boundary(
         error=recovered["error_message"],
-        reason="timed_out" if candidate["timed_out"] else "lease_expired",
+        reason=(
+            "superseded"
+            if candidate["will_retry"] and not will_retry
+            else "timed_out"
+            if candidate["timed_out"]
+            else "lease_expired"
+        ),
         worker_id=candidate["lease_holder"],
         lease_token=candidate["lease_token"],
         attempt=int(candidate["retry_count"]) + 1,  # type: ignore[call-overload]

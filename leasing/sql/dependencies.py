@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import transitions as T
 from ..states import DependencyFailure
 from .dialect import Dialect
 from .runner import Statement
 from .unique import json_list
-from .work_items import FAILED, PENDING
 
 EDGES = "work_item_dependencies"
 FAILURE_PREFIX = "dependency failed: "
@@ -96,7 +96,7 @@ def settle_new(d: Dialect, rows: list[tuple[str, int, str | None]]) -> Statement
     sql = f"""
         UPDATE work_items AS w
         SET dependencies_left = v.n,
-            status = CASE WHEN v.message IS NULL THEN w.status ELSE {FAILED} END,
+            {T.DEPENDENCY_FAILED.sets_if("v.message IS NOT NULL", row="w")},
             error_message = COALESCE(v.message, w.error_message),
             completed_at = CASE WHEN v.message IS NULL THEN w.completed_at ELSE {d.now} END,
             updated_at = {d.now}
@@ -154,11 +154,11 @@ def fail_step(d: Dialect, failed: list[str]) -> Statement:
     source, params = _per_dependent(d, failed)
     sql = f"""
         UPDATE work_items AS w
-        SET status = {FAILED}, error_message = %s || c.cause,
+        SET {T.DEPENDENCY_FAILED.sets()}, error_message = %s || c.cause,
             completed_at = {d.now}, updated_at = {d.now}
         FROM {source}
         WHERE w.work_item_id = c.dependent_id
-          AND w.status = {PENDING} AND w.on_dependency_failure = {_FAIL}
+          AND {T.DEPENDENCY_FAILED.leaves("w")} AND w.on_dependency_failure = {_FAIL}
         RETURNING work_item_id, has_dependents
     """
     return sql, [FAILURE_PREFIX, *params]

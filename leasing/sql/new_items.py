@@ -17,11 +17,12 @@ from typing import Any
 
 from django.db import connections
 
+from .. import transitions as T
 from .dialect import Dialect
 from .runner import Statement, to_datetime
-from .work_items import PENDING
 
 NOTIFY_CHANNEL = "leasing_enqueue"
+NEW_STATUS = T.ENQUEUE.target()
 # From this many items on, PostgreSQL loads them with one COPY statement: about
 # twice as fast as INSERT ... SELECT unnest() for large batches, slower for a few.
 COPY_THRESHOLD = 2000
@@ -77,7 +78,7 @@ def insert_postgres(items: list[NewItem]) -> Statement:
     sql = f"""
         WITH inserted AS (
             INSERT INTO work_items ({_COLUMNS})
-            SELECT v.id, v.task_id, v.work_type, {PENDING}, v.priority, 0, 0,
+            SELECT v.id, v.task_id, v.work_type, {NEW_STATUS}, v.priority, 0, 0,
                    v.max_retries, v.run_after, v.queue_name, v.input::jsonb
             FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
                         %s::timestamptz[], %s::text[], %s::text[])
@@ -126,7 +127,7 @@ def copy_postgres(using: str, items: Iterable[NewItem]) -> datetime | None:
                         i.work_item_id,
                         i.task_id,
                         i.work_type,
-                        "pending",
+                        T.ENQUEUE.targets[0],
                         i.priority,
                         0,
                         0,
@@ -149,7 +150,8 @@ def copy_postgres(using: str, items: Iterable[NewItem]) -> datetime | None:
 def insert_sqlite(d: Dialect, items: list[NewItem]) -> Statement:
     """SQLite: one multi-row INSERT (at most `SQLITE_ROWS_PER_INSERT` rows)."""
     values = ", ".join(
-        f"(%s, %s, %s, {PENDING}, %s, 0, 0, %s, %s, %s, %s, {d.now}, {d.now})" for _ in items
+        f"(%s, %s, %s, {NEW_STATUS}, %s, 0, 0, %s, %s, %s, %s, {d.now}, {d.now})"
+        for _ in items
     )
     params: list[Any] = []
     for i in items:
@@ -194,7 +196,7 @@ def insert_rich_postgres(rows: list[RichRow], on_conflict: str, returning: str) 
     """
     sql = f"""
         INSERT INTO work_items ({_RICH_COLUMNS})
-        SELECT v.id, v.task_id, v.work_type, {PENDING}, v.priority, 0, 0,
+        SELECT v.id, v.task_id, v.work_type, {NEW_STATUS}, v.priority, 0, 0,
                v.max_retries, v.run_after, v.queue_name, v.input::jsonb,
                v.unique_key, v.unique_scope,
                CASE WHEN v.period IS NULL THEN NULL
@@ -239,7 +241,7 @@ def insert_rich_sqlite(
     """SQLite: `insert_rich_postgres()` as one multi-row INSERT (at most
     `SQLITE_RICH_ROWS_PER_INSERT` rows)."""
     values = ", ".join(
-        f"(%s, %s, %s, {PENDING}, %s, 0, 0, %s, %s, %s, %s, "
+        f"(%s, %s, %s, {NEW_STATUS}, %s, 0, 0, %s, %s, %s, %s, "
         f"%s, %s, CASE WHEN %s IS NULL THEN NULL ELSE {d.clock()} END, %s, %s, %s, "
         f"{d.now}, {d.now})"
         for _ in rows

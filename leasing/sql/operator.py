@@ -2,50 +2,74 @@
 
 Each action reads and locks the item, then changes it with a compare-and-swap
 on the status and token it saw, so a row that moved on in between is never
-overwritten.
+overwritten. Each takes its status change from `leasing.transitions`.
 """
 
 from __future__ import annotations
 
+from .. import transitions as T
+from ..transitions import quoted
 from .dialect import Dialect
 from .runner import Statement
-from .work_items import FAILED, LEASE_CLEARED, PENDING
+from .unique import other_holder, superseded_message
+from .work_items import LEASE_CLEARED
 
 FORCE_RELEASE = "force_release"
 FORCE_FAIL = "force_fail"
 RETRY = "retry"
 
-# What each action sets besides the operator's message and updated_at.
-_SETS = {
-    FORCE_RELEASE: f"status = {PENDING}, {LEASE_CLEARED}, run_after = NULL",
-    FORCE_FAIL: f"status = {FAILED}, {LEASE_CLEARED}, completed_at = {{now}}",
-    RETRY: (
-        f"status = {PENDING}, retry_count = 0, interruptions = 0, run_after = NULL, "
-        "completed_at = NULL"
-    ),
+TRANSITION = {
+    FORCE_RELEASE: T.FORCE_RELEASE,
+    FORCE_FAIL: T.FORCE_FAIL,
+    RETRY: T.RETRY_FAILED,
 }
 
 
 def lock_item(d: Dialect, item_id: str) -> Statement:
-    """The item's state, row-locked until commit on PostgreSQL."""
+    """The item's state and the other holder of its unique key, row-locked until commit
+    on PostgreSQL."""
     sql = f"""
         SELECT task_id, work_type, status, lease_holder, lease_token, lease_expires_at,
-               heartbeat_at, retry_count, max_retries, on_dependency_failure
+               heartbeat_at, retry_count, max_retries, on_dependency_failure,
+               {other_holder("work_items")} AS key_holder
         FROM work_items WHERE work_item_id = %s
         {"FOR NO KEY UPDATE" if d.is_postgres else ""}
     """
     return sql, [item_id]
 
 
-def transition(
-    d: Dialect, action: str, item_id: str, allowed: tuple[str, ...], token: int, message: str
-) -> Statement:
-    """Apply `action` if the item is still in one of `allowed` with `token`."""
-    set_sql = _SETS[action].format(now=d.now)
-    status_sql, status_params = d.in_list("status", list(allowed))
-    sql = f"""
-        UPDATE work_items SET {set_sql}, error_message = %s, updated_at = {d.now}
-        WHERE work_item_id = %s AND {status_sql} AND lease_token = %s
-        RETURNING status, has_dependents
+def _set(d: Dialect, action: str) -> str:
+    """What `action` sets besides updated_at; one `%s`, the operator's message."""
+    if action == FORCE_RELEASE:
+        # Back to pending, unless another item holds its unique key: superseded then.
+        holder = other_holder("work_items")
+        returns = f"{holder} IS NULL"
+        return f"""{T.FORCE_RELEASE.sets({T.PENDING: returns})}, {LEASE_CLEARED},
+            run_after = NULL, completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
+            error_message = CASE WHEN {returns} THEN %s
+                            ELSE {superseded_message(holder, "%s")} END"""
+    if action == FORCE_FAIL:
+        return f"{T.FORCE_FAIL.sets()}, {LEASE_CLEARED}, completed_at = {d.now}, error_message = %s"
+    return f"""{T.RETRY_FAILED.sets()}, retry_count = 0, interruptions = 0, run_after = NULL,
+        completed_at = NULL, error_message = %s"""
+
+
+def transition(d: Dialect, action: str, item_id: str, token: int, message: str) -> Statement:
+    """Apply `action` if the item is still in one of its source statuses with `token`.
+
+    A retry also requires that no other item holds the item's unique key.
     """
-    return sql, [message, item_id, *status_params, token]
+    messages = [message, message] if action == FORCE_RELEASE else [message]
+    unheld = f"AND {other_holder('work_items')} IS NULL" if action == RETRY else ""
+    superseded_by = "NULL AS superseded_by"
+    if action == FORCE_RELEASE:
+        superseded_by = (
+            f"CASE WHEN status = {quoted(T.FAILED)} THEN {other_holder('work_items')} END "
+            "AS superseded_by"
+        )
+    sql = f"""
+        UPDATE work_items SET {_set(d, action)}, updated_at = {d.now}
+        WHERE work_item_id = %s AND {TRANSITION[action].leaves()} AND lease_token = %s {unheld}
+        RETURNING status, has_dependents, {superseded_by}
+    """
+    return sql, [*messages, item_id, token]

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import transitions as T
 from .checkpoints import COLUMNS, ERROR_BOUNDARY, task_locks
 from .dialect import Dialect
 from .new_items import NOTIFY_CHANNEL
 from .runner import Statement
 from .snapshots import error_boundary_sql
+from .unique import other_holder
 from .work_items import IN_PROGRESS, PENDING, attempt_ended_set
 
 MAX_RETRIES_MESSAGE = "Max retries exceeded"
@@ -64,12 +66,64 @@ def _decisions(d: Dialect, fail_types_sql: str) -> str:
 
 def _recovered_set(d: Dialect) -> Statement:
     sql = attempt_ended_set(
-        d, retrying="c.will_retry = 1", run_after="NULL", error=_error_message(d), row="w"
+        d,
+        T.EXPIRE,
+        retrying="c.will_retry = 1",
+        run_after="NULL",
+        error=_error_message(d),
+        superseded_by="c.superseded_by",
+        row="w",
     )
-    return sql, [FAIL_POLICY_MESSAGE, MAX_RETRIES_MESSAGE]
+    # The message twice: in the superseded branch and in the other.
+    return sql, [FAIL_POLICY_MESSAGE, MAX_RETRIES_MESSAGE] * 2
 
 
-def lock_expired_postgres(batch_size: int, *, lock_tasks: bool) -> Statement:
+def _superseded(candidates: str) -> str:
+    """`candidates` with `superseded_by`: who holds each one's unique key if it returned.
+
+    Another item holding the key now, else the retried candidate of the same
+    key with the lowest id (several expired items of one `pending`-scoped key
+    cannot all return to pending: the first does, the others are superseded by it).
+    """
+    return f"""
+        SELECT c0.*, COALESCE(c0.holder, (
+            SELECT min(s.work_item_id) FROM {candidates} AS s
+            WHERE s.unique_key = c0.unique_key AND s.unique_scope = c0.unique_scope
+              AND s.will_retry = 1 AND s.work_item_id < c0.work_item_id
+        )) AS superseded_by
+        FROM {candidates} AS c0
+    """
+
+
+def _picked(d: Dialect, exclude: list[str], only: str | None) -> Statement:
+    """The sweep's own filter on expired rows: skip rows that failed alone, or take one."""
+    if only is not None:
+        return "AND work_item_id = %s", [only]
+    if not exclude:
+        return "", []
+    excluded, params = d.in_list("work_item_id", exclude)
+    return f"AND NOT ({excluded})", params
+
+
+def expired_ids(d: Dialect, limit: int, exclude: list[str]) -> Statement:
+    """The ids of up to `limit` expired leases in the sweep's order (none locked)."""
+    picked, params = _picked(d, exclude, None)
+    sql = f"""
+        SELECT work_item_id FROM work_items
+        WHERE status = {IN_PROGRESS} AND lease_expires_at < {d.now} {picked}
+        ORDER BY lease_expires_at LIMIT %s
+    """
+    return sql, [*params, limit]
+
+
+def lock_expired_postgres(
+    d: Dialect,
+    batch_size: int,
+    *,
+    lock_tasks: bool,
+    exclude: list[str] | None = None,
+    only: str | None = None,
+) -> Statement:
     """PostgreSQL, step 1: lock a batch of expired rows (and their tasks' checkpoint locks).
 
     `FOR NO KEY UPDATE SKIP LOCKED`: other sweeps and busy workers skip
@@ -80,6 +134,7 @@ def lock_expired_postgres(batch_size: int, *, lock_tasks: bool) -> Statement:
     addresses (ctid), by which step 2 reads and updates them: a row locked by
     this transaction cannot move until it commits.
     """
+    picked, picked_params = _picked(d, exclude or [], only)
     locks = "0"
     if lock_tasks:
         # Sorted by code point, as every holder of several task locks sorts them.
@@ -87,7 +142,7 @@ def lock_expired_postgres(batch_size: int, *, lock_tasks: bool) -> Statement:
     sql = f"""
         WITH locked AS (
             SELECT ctid, task_id FROM work_items
-            WHERE status = {IN_PROGRESS} AND lease_expires_at < statement_timestamp()
+            WHERE status = {IN_PROGRESS} AND lease_expires_at < statement_timestamp() {picked}
             ORDER BY lease_expires_at
             LIMIT %s
             FOR NO KEY UPDATE SKIP LOCKED
@@ -95,7 +150,7 @@ def lock_expired_postgres(batch_size: int, *, lock_tasks: bool) -> Statement:
         SELECT count(*) AS found, array_agg(ctid)::text AS tids, {locks} AS task_locks
         FROM locked
     """
-    return sql, [batch_size]
+    return sql, [*picked_params, batch_size]
 
 
 def recover_locked_postgres(
@@ -128,7 +183,8 @@ def recover_locked_postgres(
         snapshot = error_boundary_sql(
             {
                 "error": "r.error_message",
-                "reason": "CASE WHEN c.timed_out = 1 THEN 'timed_out' ELSE 'lease_expired' END",
+                "reason": f"""CASE WHEN c.will_retry = 1 AND r.status <> {PENDING} THEN 'superseded'
+                    WHEN c.timed_out = 1 THEN 'timed_out' ELSE 'lease_expired' END""",
                 "worker_id": "c.lease_holder",
                 "lease_token": "c.lease_token",
                 "attempt": "c.retry_count + 1",
@@ -162,12 +218,13 @@ def recover_locked_postgres(
         # ULIDs are [0-9A-Z]: an array literal needs no quoting.
         checkpoint_params = [metadata_json, "{" + ",".join(checkpoint_ids) + "}"]
     sql = f"""
-        WITH c AS (
+        WITH c0 AS (
             SELECT ctid, work_item_id, task_id, work_type, lease_holder, lease_token,
                    lease_expires_at, heartbeat_at, retry_count, max_retries,
+                   unique_key, unique_scope, {other_holder("work_items")} AS holder,
                    {_decisions(d, fail_sql)}{top_sequence}
             FROM work_items WHERE ctid = ANY(%s::tid[])
-        ), recovered AS (
+        ), c AS ({_superseded("c0")}), recovered AS (
             UPDATE work_items AS w SET {set_sql}
             FROM c
             WHERE w.ctid = c.ctid AND w.lease_token = c.lease_token
@@ -199,38 +256,49 @@ def recover_locked_postgres(
     return sql, params
 
 
-def expired_candidates_sqlite(d: Dialect, fail_types: list[str], batch_size: int) -> Statement:
+def expired_candidates_sqlite(
+    d: Dialect,
+    fail_types: list[str],
+    batch_size: int,
+    *,
+    exclude: list[str] | None = None,
+    only: str | None = None,
+) -> Statement:
     """SQLite, step 1: the expired rows and their decisions (the IMMEDIATE transaction
     holds the only write lock, so nothing changes before step 2)."""
     fail_sql, fail_params = d.in_list("work_type", fail_types) if fail_types else ("0 = 1", [])
+    picked, picked_params = _picked(d, exclude or [], only)
     sql = f"""
-        SELECT work_item_id, task_id, work_type, lease_holder, lease_token, lease_expires_at,
-               heartbeat_at, retry_count, max_retries, {_decisions(d, fail_sql)}
-        FROM work_items
-        WHERE status = {IN_PROGRESS} AND lease_expires_at < {d.now}
-        ORDER BY lease_expires_at
-        LIMIT %s
+        WITH c0 AS (
+            SELECT work_item_id, task_id, work_type, lease_holder, lease_token, lease_expires_at,
+                   heartbeat_at, retry_count, max_retries, unique_key, unique_scope,
+                   {other_holder("work_items")} AS holder, {_decisions(d, fail_sql)}
+            FROM work_items
+            WHERE status = {IN_PROGRESS} AND lease_expires_at < {d.now} {picked}
+            ORDER BY lease_expires_at
+            LIMIT %s
+        )
+        {_superseded("c0")}
     """
-    return sql, [*fail_params, *fail_params, batch_size]
+    return sql, [*fail_params, *fail_params, *picked_params, batch_size]
 
 
 def recover_candidates_sqlite(d: Dialect, candidates: list[dict[str, Any]]) -> Statement:
     """SQLite, step 2: recover the candidates, re-checking status, expiry and token."""
     set_sql, set_params = _recovered_set(d)
-    values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(candidates))
-    params: list[Any] = []
-    for row in candidates:
-        params += [
-            row["work_item_id"],
-            row["lease_token"],
-            row["will_retry"],
-            row["fail_policy"],
-            row["timed_out"],
-            row["cap_seconds"],
-        ]
+    columns = (
+        "work_item_id",
+        "lease_token",
+        "will_retry",
+        "fail_policy",
+        "timed_out",
+        "cap_seconds",
+        "superseded_by",
+    )
+    values = ", ".join([f"({', '.join(['%s'] * len(columns))})"] * len(candidates))
+    params = [row[column] for row in candidates for column in columns]
     sql = f"""
-        WITH c(work_item_id, lease_token, will_retry, fail_policy, timed_out, cap_seconds)
-            AS (VALUES {values})
+        WITH c({", ".join(columns)}) AS (VALUES {values})
         UPDATE work_items AS w SET {set_sql}
         FROM c
         WHERE w.work_item_id = c.work_item_id AND w.lease_token = c.lease_token

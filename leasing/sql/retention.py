@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import transitions as T
 from .dialect import Dialect
 from .runner import Statement
 
@@ -44,5 +45,8 @@ def delete_items(d: Dialect, item_ids: list[str]) -> list[Statement]:
         ),
         (f"DELETE FROM checkpoints WHERE {ids_sql}", ids_params),
         (f"UPDATE idempotency_keys SET work_item_id = NULL WHERE {ids_sql}", ids_params),
-        (f"DELETE FROM work_items WHERE {ids_sql} RETURNING work_item_id", ids_params),
+        (
+            f"DELETE FROM work_items WHERE {ids_sql} AND {T.PURGE.leaves()} RETURNING work_item_id",
+            ids_params,
+        ),
     ]

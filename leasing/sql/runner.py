@@ -161,6 +161,22 @@ def is_connection_error(exc: BaseException) -> bool:
     return True
 
 
+# How many times a statement that met a concurrent holder of a unique key is
+# run again (each run sees the holders committed before it started).
+UNIQUE_RACE_ATTEMPTS = 3
+
+
+def is_unique_violation(exc: BaseException, index: str, columns: str) -> bool:
+    """The statement broke the unique index `index` on `columns` ("table.a, table.b")."""
+    cause = _cause(exc)
+    if getattr(cause, "sqlstate", None) == "23505":  # psycopg names the index
+        return getattr(getattr(cause, "diag", None), "constraint_name", None) == index
+    # SQLite names the columns: "UNIQUE constraint failed: t.a, t.b".
+    return type(cause).__module__.startswith("sqlite3") and str(cause).endswith(
+        f"UNIQUE constraint failed: {columns}"
+    )
+
+
 def is_infrastructure_error(exc: BaseException) -> bool:
     """An outage or a lock conflict: the database's trouble, not the caller's code."""
     if isinstance(exc, DatabaseUnavailable | InterfaceError):

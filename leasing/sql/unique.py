@@ -31,9 +31,9 @@ import json
 from typing import Any
 
 from ..states import UniqueScope
+from ..transitions import IN_PROGRESS, PENDING, quoted
 from .dialect import Dialect
-from .runner import Statement
-from .work_items import IN_PROGRESS, PENDING
+from .runner import Statement, is_unique_violation
 
 _P, _U = f"'{UniqueScope.PENDING.value}'", f"'{UniqueScope.UNFINISHED.value}'"
 PERIOD = f"'{UniqueScope.PERIOD.value}'"
@@ -43,12 +43,42 @@ def holding(row: str = "") -> str:
     """The predicate of work_items_unique_key_uniq (see the module docstring)."""
     p = f"{row}." if row else ""
     return (
-        f"(({p}unique_scope = {_P} AND {p}status = {PENDING}) "
-        f"OR ({p}unique_scope = {_U} AND {p}status IN ({PENDING}, {IN_PROGRESS})))"
+        f"(({p}unique_scope = {_P} AND {p}status = {quoted(PENDING)}) "
+        f"OR ({p}unique_scope = {_U} AND {p}status IN ({quoted(PENDING)}, {quoted(IN_PROGRESS)})))"
     )
 
 
 ON_CONFLICT = f"ON CONFLICT (unique_key, unique_scope) WHERE {holding()} DO NOTHING"
+# The index behind ON_CONFLICT: a statement that puts an item back to pending
+# can still meet it when a concurrent enqueue inserted a holder of the same key
+# after the statement looked (PostgreSQL); it is run again and then sees it.
+INDEX = "work_items_unique_key_uniq"
+
+
+def raced(exc: BaseException) -> bool:
+    """A statement met a holder of a unique key committed after it looked: run it again."""
+    return is_unique_violation(exc, INDEX, "work_items.unique_key, work_items.unique_scope")
+
+
+def other_holder(row: str) -> str:
+    """SQL: the id of another item that holds `row`'s status-scoped key now, else NULL.
+
+    What every transition back to pending asks before it returns an item
+    there (`leasing.transitions`: the returning item is superseded by the
+    holder). A period key is not checked: its holders overlap by design.
+    """
+    return f"""(CASE WHEN {row}.unique_scope IN ({_P}, {_U}) THEN (
+        SELECT h.work_item_id FROM work_items AS h
+        WHERE h.unique_key = {row}.unique_key AND h.unique_scope = {row}.unique_scope
+          AND h.work_item_id <> {row}.work_item_id AND {holding("h")}
+        LIMIT 1) END)"""
+
+
+def superseded_message(holder: str, error: str) -> str:
+    """SQL: the error message of an item superseded by `holder` (both SQL expressions)."""
+    return (
+        f"'Superseded by ' || {holder} || ', which holds its unique key; ' || COALESCE({error}, '')"
+    )
 
 
 def lock_period_keys(keys: list[str]) -> Statement:

@@ -21,17 +21,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..states import WorkItemStatus
+from .. import transitions as T
+from ..transitions import quoted
 from .candidates import locked_candidates, plain_candidates, where
 from .dialect import Dialect
 from .limits import Limits, limited_candidates
 from .runner import Statement, dump_json
 from .terms import ClaimFilters, LeaseTerms
+from .unique import other_holder, superseded_message
 
-PENDING = f"'{WorkItemStatus.PENDING.value}'"
-IN_PROGRESS = f"'{WorkItemStatus.IN_PROGRESS.value}'"
-COMPLETED = f"'{WorkItemStatus.COMPLETED.value}'"
-FAILED = f"'{WorkItemStatus.FAILED.value}'"
+# The statuses as SQL literals, for reads; writes take theirs from `leasing.transitions`.
+PENDING = quoted(T.PENDING)
+IN_PROGRESS = quoted(T.IN_PROGRESS)
+COMPLETED = quoted(T.COMPLETED)
+FAILED = quoted(T.FAILED)
 
 # What a claim returns: everything a `Lease` carries, in its field order (the
 # holder aside); `held.leases_from_rows` reads them by position.
@@ -89,7 +92,7 @@ def _claim_set(d: Dialect, holder: str, terms: LeaseTerms) -> Statement:
     )
     deadline, deadline_params = _per_type(d, terms.cap, terms.caps)
     sql = f"""
-        status = {IN_PROGRESS}, lease_holder = %s, lease_token = lease_token + 1,
+        {T.CLAIM.sets()}, lease_holder = %s, lease_token = lease_token + 1,
         lease_acquired_at = {d.now}, lease_expires_at = {expiry},
         lease_deadline_at = {deadline}, heartbeat_at = {d.now}, progress_at = NULL,
         started_at = COALESCE(started_at, {d.now}), updated_at = {d.now}
@@ -175,7 +178,7 @@ def claim(
         prefix, params = "", [*set_params, *candidate_params]
     sql = f"""
         {prefix} UPDATE work_items SET {set_sql}
-        WHERE work_item_id IN ({candidates}) AND status = {PENDING}
+        WHERE work_item_id IN ({candidates}) AND {T.CLAIM.leaves()}
         RETURNING {", ".join(LEASE_COLUMNS)}
     """
     return sql, params
@@ -186,7 +189,7 @@ def claim(
 
 def _completed_set(d: Dialect, output: str) -> str:
     return f"""
-        status = {COMPLETED}, output_data = {output}, error_message = NULL,
+        {T.COMPLETE.sets()}, output_data = {output}, error_message = NULL,
         {LEASE_CLEARED}, interruptions = 0, completed_at = {d.now}, updated_at = {d.now}
     """
 
@@ -265,27 +268,56 @@ def complete_and_claim(
     return d.in_claim_order(sql), [*done_params, *claim_params]
 
 
-# --- the end of a failed attempt ---------------------------------------------------------------
+# --- the end of a failed attempt, a hand-back ------------------------------------------------
 
 
 def attempt_ended_set(
-    d: Dialect, *, retrying: str, run_after: str, error: str, row: str = ""
+    d: Dialect,
+    transition: T.Transition,
+    *,
+    retrying: str,
+    run_after: str,
+    error: str,
+    superseded_by: str,
+    row: str = "",
 ) -> str:
     """SET list for an attempt that ended badly: back to `pending` or `failed` for good.
 
     `retrying` is a boolean SQL expression (retries left and the policy
     allows one); `run_after` is when a retry becomes claimable; `error` the
-    message. Shared by a worker's failed release and the sweep's recovery.
+    message; `superseded_by` the other holder of the item's unique key (SQL,
+    NULL when none): an item that would be retried while another holds its
+    key ends failed instead, superseded by it. Shared by a worker's failed
+    release and the sweep's recovery.
     """
     p = f"{row}." if row else ""
+    returns = f"(({retrying}) AND {superseded_by} IS NULL)"
+    superseded = f"(({retrying}) AND {superseded_by} IS NOT NULL)"
     return f"""
-        status = CASE WHEN {retrying} THEN {PENDING} ELSE {FAILED} END,
-        retry_count = CASE WHEN {retrying} THEN {p}retry_count + 1 ELSE {p}retry_count END,
-        run_after = CASE WHEN {retrying} THEN {run_after} ELSE {p}run_after END,
-        completed_at = CASE WHEN {retrying} THEN NULL ELSE {d.now} END,
-        error_message = {error}, interruptions = 0,
-        {LEASE_CLEARED}, updated_at = {d.now}
+        {transition.sets({T.PENDING: returns})},
+        retry_count = CASE WHEN {returns} THEN {p}retry_count + 1 ELSE {p}retry_count END,
+        run_after = CASE WHEN {returns} THEN {run_after} ELSE {p}run_after END,
+        completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
+        error_message = CASE WHEN {superseded} THEN {superseded_message(superseded_by, error)}
+                        ELSE {error} END,
+        interruptions = 0, {LEASE_CLEARED}, updated_at = {d.now}
     """
+
+
+# What a worker's ending returns: the outcome, and who superseded the item (if anyone).
+_ENDING_COLUMNS = "work_item_id, lease_token, status, retry_count, run_after, has_dependents"
+
+
+def _superseded_by(row: str, retrying: str = "1 = 1") -> str:
+    """RETURNING: the holder that superseded the item, else NULL.
+
+    Superseded: it would have returned to pending (`retrying`, unchanged by
+    the update when it did not) but ended failed while another holds its key.
+    """
+    return (
+        f"CASE WHEN status = {FAILED} AND ({retrying}) THEN {other_holder(row)} END "
+        "AS superseded_by"
+    )
 
 
 def end_attempt(
@@ -301,17 +333,26 @@ def end_attempt(
 ) -> Statement:
     """End a failed attempt: retried after a backoff while retries are left, else failed.
 
-    `plain`: only if nothing depends on the item (see `complete_one`).
+    Superseded (failed) instead of retried while another item holds its
+    unique key. `plain`: only if nothing depends on the item (see `complete_one`).
     """
     retrying = "retry_count < max_retries" if retry else "1 = 0"
-    set_sql = attempt_ended_set(d, retrying=retrying, run_after=d.clock(), error="%s")
+    set_sql = attempt_ended_set(
+        d,
+        T.FAIL_ATTEMPT,
+        retrying=retrying,
+        run_after=d.clock(),
+        error="%s",
+        superseded_by=other_holder("work_items"),
+    )
     plain_sql = "AND NOT has_dependents" if plain else ""
     sql = f"""
         UPDATE work_items SET {set_sql}
         WHERE work_item_id = %s AND {fence()} {plain_sql}
-        RETURNING work_item_id, lease_token, status, retry_count, run_after, has_dependents
+        RETURNING {_ENDING_COLUMNS}, {_superseded_by("work_items", retrying)}
     """
-    return sql, [d.offset(backoff_seconds), error, item_id, holder, token]
+    # `run_after`'s offset, then the message twice (superseded, or not).
+    return sql, [d.offset(backoff_seconds), error, error, item_id, holder, token]
 
 
 def requeue(
@@ -321,18 +362,25 @@ def requeue(
 
     A shutting-down worker hands back what it did not finish; an attempt cut
     short by the database (a lost connection, a lock timeout) is
-    `interrupted`: it counts in `interruptions`, not in `retry_count`.
+    `interrupted`: it counts in `interruptions`, not in `retry_count`. While
+    another item holds its unique key it is superseded (failed) instead.
     """
+    holder_sql = other_holder("work_items")
+    returns = f"{holder_sql} IS NULL"
     interruptions = "interruptions + 1" if interrupted else "interruptions"
-    message = "error_message = %s, " if interrupted else ""
+    message = "%s" if interrupted else "error_message"
     sql = f"""
         UPDATE work_items
-        SET status = {PENDING}, {LEASE_CLEARED}, {message}
+        SET {T.HAND_BACK.sets({T.PENDING: returns})}, {LEASE_CLEARED},
+            error_message = CASE WHEN {returns} THEN {message}
+                            ELSE {superseded_message(holder_sql, "%s")} END,
+            completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
             interruptions = {interruptions}, updated_at = {d.now}
         WHERE work_item_id = %s AND {fence()}
-        RETURNING work_item_id, lease_token, status, retry_count, run_after, queue_name
+        RETURNING {_ENDING_COLUMNS}, queue_name, {_superseded_by("work_items")}
     """
-    return sql, [*([error] if interrupted else []), item_id, holder, token]
+    why = error if interrupted else "handed back unfinished"
+    return sql, [*([error] if interrupted else []), why, item_id, holder, token]
 
 
 # --- reads that decide a write ---------------------------------------------------------------

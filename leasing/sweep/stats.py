@@ -30,11 +30,15 @@ class RecoveryStats:
     batches: int = 0
     hours_rolled_up: int = 0  # hours folded into the console's hourly rollup
     scanned_at: datetime | None = None  # the database clock when the pass began
+    # Expired leases this pass could not recover (the first few ids): each
+    # failed on its own and stays in progress until a later pass recovers it.
+    unrecovered: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict (for `--json`, django-q2 and the workers table)."""
         data = dataclasses.asdict(self)
         data["scanned_at"] = None if self.scanned_at is None else self.scanned_at.isoformat()
+        data["unrecovered"] = list(self.unrecovered)
         return data
 
 
@@ -42,7 +46,7 @@ class RecoveryStats:
 COUNTED = tuple(
     f.name
     for f in dataclasses.fields(RecoveryStats)
-    if f.name not in ("scan_duration_ms", "scanned_at")
+    if f.name not in ("scan_duration_ms", "scanned_at", "unrecovered")
 )
 
 

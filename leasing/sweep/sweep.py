@@ -19,19 +19,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from django.db import DatabaseError, connections
 
 from .. import validation
 from ..conf import get_settings
-from ..exceptions import DatabaseUnavailable, InvalidInput, ProcessIdInUse
+from ..exceptions import DatabaseUnavailable, InvalidInput, ProcessIdInUse, one_line
 from ..services import processes
 from ..services.checkpoints import cleanup_checkpoints_since_mark
 from ..services.idempotency import delete_expired_keys
-from ..services.recovery import recover_batch
+from ..services.recovery import BatchOutcome, expired_ids, recover_batch
 from ..services.rollups import roll_up_finished_hours
+from ..sql import unique
 from ..sql.runner import close_connection, database_now, is_lock_conflict, translate_db_errors
 from ..states import WorkerRole, WorkerStatus
 from .stats import COUNTED, RecoveryStats, describe
@@ -43,6 +44,8 @@ MAX_BATCH_SIZE = 5000
 # A batch aborted by a lock conflict (busy workers' SKIP LOCKED claims can take
 # part in a deadlock) is run again at once, this many times in a row at most.
 MAX_CONFLICT_RETRIES = 3
+# A pass lists at most this many ids of rows it could not recover.
+MAX_UNRECOVERED_SHOWN = 20
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -129,6 +132,7 @@ class RecoverySweep:
             started = time.monotonic()
             counts: dict[str, Any] = dict.fromkeys(COUNTED, 0)
             counts["scanned_at"] = None
+            counts["unrecovered"] = ()
             outage = False
             steps = (
                 self._recover_expired,
@@ -169,37 +173,32 @@ class RecoverySweep:
     def _recover_expired(self, counts: dict[str, Any]) -> None:
         """Recover batch by batch until a batch comes back short.
 
-        A batch aborted by a lock conflict is rolled back and run again (up to
+        A batch aborted by a lock conflict, or by a unique key a concurrent
+        enqueue took meanwhile, is rolled back and run again (up to
         MAX_CONFLICT_RETRIES times in a row). A batch that fails for another
-        reason is rolled back, counted and logged, and ends this part of the
-        pass (the same rows would fail again at once); the next pass retries.
+        reason is rolled back and its rows are recovered one by one: a row
+        that fails on its own is left as it was, logged by id, counted and
+        listed in the pass's `unrecovered` (the console shows it), and the
+        rest of the pass goes on without it; the next pass tries it again.
         """
         counts["scanned_at"] = database_now(self.using)
+        skipped: list[str] = []
         conflicts = 0
         while not self._stopping():
             try:
-                outcome = recover_batch(
-                    self.using,
-                    self.batch_size,
-                    create_checkpoints=self.create_checkpoints,
-                    sweeper_id=self.worker_id,
-                )
+                outcome = self._recover(exclude=skipped)
             except DatabaseUnavailable:
                 raise
             except Exception as exc:
-                if is_lock_conflict(exc) and conflicts < MAX_CONFLICT_RETRIES:
+                if self._conflict(exc, conflicts):
                     conflicts += 1
-                    logger.warning(
-                        "recovery sweep %s: a batch was aborted (%s); running it again",
-                        self.worker_id,
-                        (str(exc).strip().splitlines() or [type(exc).__name__])[0],
-                    )
                     continue
-                counts["errors"] += 1
-                logger.exception(
-                    "recovery sweep %s: a batch failed and was rolled back", self.worker_id
+                logger.warning(
+                    "recovery sweep %s: a batch failed (%s); recovering its rows one by one",
+                    self.worker_id,
+                    one_line(exc),
                 )
-                return
+                outcome = self._isolate(counts, skipped)
             conflicts = 0
             counts["batches"] += 1
             counts["expired_found"] += outcome.found
@@ -207,7 +206,64 @@ class RecoverySweep:
             counts["failed"] += outcome.failed
             counts["checkpoints_created"] += outcome.checkpoints
             if outcome.found < self.batch_size:
-                return
+                break
+        counts["unrecovered"] = tuple(skipped[:MAX_UNRECOVERED_SHOWN])
+
+    def _recover(self, *, exclude: Collection[str] = (), only: str | None = None) -> BatchOutcome:
+        return recover_batch(
+            self.using,
+            self.batch_size,
+            create_checkpoints=self.create_checkpoints,
+            sweeper_id=self.worker_id,
+            exclude=exclude,
+            only=only,
+        )
+
+    def _conflict(self, exc: Exception, conflicts: int) -> bool:
+        """A lock conflict or a unique-key race: worth running the same statement again."""
+        if not (is_lock_conflict(exc) or unique.raced(exc)) or conflicts >= MAX_CONFLICT_RETRIES:
+            return False
+        logger.warning(
+            "recovery sweep %s: a batch was aborted (%s); running it again",
+            self.worker_id,
+            (str(exc).strip().splitlines() or [type(exc).__name__])[0],
+        )
+        return True
+
+    def _isolate(self, counts: dict[str, Any], skipped: list[str]) -> BatchOutcome:
+        """Recover the next batch's rows one at a time, skipping (and listing) those that fail."""
+        ids = expired_ids(self.using, self.batch_size, exclude=skipped)
+        found = requeued = failed = checkpoints = 0
+        for item_id in ids:
+            conflicts = 0
+            while True:
+                try:
+                    outcome = self._recover(only=item_id)
+                except DatabaseUnavailable:
+                    raise
+                except Exception as exc:
+                    if self._conflict(exc, conflicts):
+                        conflicts += 1
+                        continue
+                    skipped.append(item_id)
+                    counts["errors"] += 1
+                    logger.error(
+                        "recovery sweep %s: could not recover %s; it stays in progress until "
+                        "the next pass: %s",
+                        self.worker_id,
+                        item_id,
+                        one_line(exc),
+                    )
+                    break
+                found += 1
+                requeued += outcome.requeued
+                failed += outcome.failed
+                checkpoints += outcome.checkpoints
+                break
+        # Rows that failed count as found (the batch ends when fewer than a batch remain).
+        return BatchOutcome(
+            found=len(ids), requeued=requeued, failed=failed, checkpoints=checkpoints
+        )
 
     def _cleanup(self, counts: dict[str, Any]) -> None:
         if not self.cleanup_old_checkpoints:

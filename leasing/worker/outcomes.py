@@ -26,6 +26,7 @@ from ..exceptions import (
     LeaseConflictError,
     LeaseExpiredError,
     PermanentError,
+    one_line,
 )
 from ..services import endings
 from ..services.held import ReleaseOutcome
@@ -209,7 +210,16 @@ class Recorder:
         outcome = self.write(
             slot, "a hand-back", lambda: self.manager.requeue(slot.key, interrupted=False)
         )
-        if outcome is not None:
+        if outcome is not None and outcome.superseded_by:
+            logger.info(
+                "%s (%s) not handed back (%s): superseded by %s, which holds its unique key",
+                slot.lease.work_item_id,
+                slot.lease.work_type,
+                why,
+                outcome.superseded_by,
+            )
+            self.counters.add(failed=1)
+        elif outcome is not None:
             logger.info(
                 "handed back %s (%s): %s", slot.lease.work_item_id, slot.lease.work_type, why
             )
@@ -230,6 +240,17 @@ class Recorder:
                 error,
             )
             self.counters.add(interrupted=1)
+        elif outcome.superseded_by:
+            logger.info(
+                "%s (%s) failed after %d ms with %s and is not retried: superseded by %s, "
+                "which holds its unique key",
+                lease.work_item_id,
+                lease.work_type,
+                slot.elapsed_ms(),
+                error,
+                outcome.superseded_by,
+            )
+            self.counters.add(failed=1)
         elif outcome.will_retry:
             logger.info(
                 "retry scheduled for %s (%s) after %d ms: attempt %d/%d failed with %s",
@@ -252,6 +273,4 @@ class Recorder:
             self.counters.add(failed=1)
 
 
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+__all__ = ["Counters", "Recorder", "WorkerSummary", "classify", "one_line"]

@@ -38,3 +38,20 @@ def slow(seconds: float) -> str:
 @task
 async def async_double(x: int) -> int:
     return x * 2
+
+
+# Every run of `returns_unstorable`, by its argument (a side effect that must not repeat).
+RUNS: list[str] = []
+
+
+@task
+def returns_unstorable(kind: str) -> object:
+    import datetime
+    import decimal
+
+    RUNS.append(kind)
+    return {
+        "datetime": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+        "set": {1, 2},
+        "decimal": decimal.Decimal("1.5"),
+    }[kind]

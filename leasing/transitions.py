@@ -1,0 +1,306 @@
+"""The work item state machine, declared once.
+
+Every statement that writes `work_items.status` takes its status SQL from a
+`Transition` below (`Transition.sets()` and `Transition.leaves()`), and a
+test-time guard built from `allowed_moves()` makes the database refuse any
+other change of status (see `leasing.storage`), so a transition that is not
+declared here cannot happen unnoticed.
+
+Features that care about statuses (unique keys, dependencies, pauses,
+concurrency limits, the lease fence) each state, in `GUARDS`, what they
+require of every transition into or out of those statuses. A transition added
+here without a rule of every feature it concerns fails
+`tests/test_transitions.py`, and the model test (`tests/test_state_model.py`)
+drives each transition against a reference model.
+
+Importable before `django.setup()`, like `leasing.states`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .states import WorkItemStatus
+
+PENDING = WorkItemStatus.PENDING.value
+IN_PROGRESS = WorkItemStatus.IN_PROGRESS.value
+COMPLETED = WorkItemStatus.COMPLETED.value
+FAILED = WorkItemStatus.FAILED.value
+# The statuses a row may rest in. `expired` is allowed by the schema's CHECK
+# constraint (the original design lists it) but no transition enters it: the
+# sweep moves an expired lease straight to pending or failed.
+RESTING = (PENDING, IN_PROGRESS, COMPLETED, FAILED)
+FINISHED = (COMPLETED, FAILED)
+NEW = "new"  # the source of an insert
+GONE = "gone"  # the target of a delete
+
+
+def quoted(status: str) -> str:
+    """A status as an SQL literal."""
+    return f"'{status}'"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One way a work item's status changes.
+
+    `sources` are the statuses it leaves (`NEW`: an insert), `targets` the
+    statuses it may leave the row in (`GONE`: a delete); a statement chooses
+    among several targets with a condition (`sets()`). `actor` says who
+    takes it; `fenced`: only the lease's holder, by its token.
+    """
+
+    name: str
+    sources: tuple[str, ...]
+    targets: tuple[str, ...]
+    actor: str
+    fenced: bool
+    summary: str
+
+    def moves(self) -> set[tuple[str, str]]:
+        """Every (from, to) status pair this transition may write."""
+        return {(a, b) for a in self.sources for b in self.targets if a != b}
+
+    def leaves(self, row: str = "") -> str:
+        """SQL: the row is in one of this transition's source statuses."""
+        column = f"{row}.status" if row else "status"
+        statuses = [s for s in self.sources if s != NEW]
+        if len(statuses) == 1:
+            return f"{column} = {quoted(statuses[0])}"
+        return f"{column} IN ({', '.join(quoted(s) for s in statuses)})"
+
+    def sets(self, when: Mapping[str, str] | None = None) -> str:
+        """SQL: `status = ...` for this transition.
+
+        One target needs no condition. Several: `when` maps each target but
+        the last to the SQL condition that chooses it (tried in order); the
+        last target listed in `targets` not in `when` is the ELSE.
+        """
+        targets = [t for t in self.targets if t != GONE]
+        if when is None:
+            if len(targets) != 1:
+                raise ValueError(f"{self.name}: choose among {targets} with `when`")
+            return f"status = {quoted(targets[0])}"
+        unknown = set(when) - set(targets)
+        rest = [t for t in targets if t not in when]
+        if unknown or len(rest) != 1:
+            raise ValueError(f"{self.name}: `when` must cover all targets but one of {targets}")
+        whens = " ".join(f"WHEN {cond} THEN {quoted(t)}" for t, cond in when.items())
+        return f"status = CASE {whens} ELSE {quoted(rest[0])} END"
+
+    def target(self) -> str:
+        """SQL: this transition's one target status, as a literal (an INSERT's value)."""
+        [target] = [t for t in self.targets if t != GONE]
+        return quoted(target)
+
+    def sets_if(self, condition: str, row: str = "") -> str:
+        """SQL: `status = ...` taking this transition's one target where `condition` holds,
+        leaving the others' status as it is."""
+        [target] = [t for t in self.targets if t != GONE]
+        column = f"{row}.status" if row else "status"
+        return f"status = CASE WHEN {condition} THEN {quoted(target)} ELSE {column} END"
+
+
+def _t(
+    name: str, sources: tuple[str, ...], targets: tuple[str, ...], actor: str, summary: str
+) -> Transition:
+    fenced = actor == "worker" and sources == (IN_PROGRESS,)
+    return Transition(name, sources, targets, actor, fenced, summary)
+
+
+ENQUEUE = _t("enqueue", (NEW,), (PENDING,), "producer", "A new item, claimable once due.")
+CLAIM = _t("claim", (PENDING,), (IN_PROGRESS,), "worker", "A worker takes a lease (token + 1).")
+COMPLETE = _t("complete", (IN_PROGRESS,), (COMPLETED,), "worker", "The handler succeeded.")
+# A failed attempt (the handler raised, its output could not be stored, it
+# ran into its deadline): retried after a backoff while retries are left,
+# else failed for good; failed too when its unique key is held (superseded).
+FAIL_ATTEMPT = _t(
+    "fail_attempt",
+    (IN_PROGRESS,),
+    (PENDING, FAILED),
+    "worker",
+    "An attempt failed: retried while retries are left, else failed.",
+)
+# Given back without counting an attempt: a stopping worker's unfinished run,
+# or one the database cut short (counted in `interruptions`).
+HAND_BACK = _t(
+    "hand_back",
+    (IN_PROGRESS,),
+    (PENDING, FAILED),
+    "worker",
+    "A worker gives the item back unfinished; no attempt counted.",
+)
+EXPIRE = _t(
+    "expire",
+    (IN_PROGRESS,),
+    (PENDING, FAILED),
+    "sweep",
+    "The lease ran out: retried while retries are left and the type allows, else failed.",
+)
+FORCE_RELEASE = _t(
+    "force_release",
+    (IN_PROGRESS,),
+    (PENDING, FAILED),
+    "operator",
+    "An operator takes the lease away; the item is claimable again.",
+)
+FORCE_FAIL = _t(
+    "force_fail", (IN_PROGRESS, PENDING), (FAILED,), "operator", "An operator fails the item."
+)
+RETRY_FAILED = _t(
+    "retry_failed",
+    (FAILED,),
+    (PENDING,),
+    "operator",
+    "An operator runs a failed item again, its retries counted from 0.",
+)
+DEPENDENCY_FAILED = _t(
+    "dependency_failed",
+    (PENDING,),
+    (FAILED,),
+    "dependencies",
+    "A dependency failed for good and the item fails with its dependencies.",
+)
+PURGE = _t(
+    "purge", FINISHED, (GONE,), "retention", "Finished items older than the age are deleted."
+)
+
+TRANSITIONS: tuple[Transition, ...] = (
+    ENQUEUE,
+    CLAIM,
+    COMPLETE,
+    FAIL_ATTEMPT,
+    HAND_BACK,
+    EXPIRE,
+    FORCE_RELEASE,
+    FORCE_FAIL,
+    RETRY_FAILED,
+    DEPENDENCY_FAILED,
+    PURGE,
+)
+# The transitions that put an item back to pending: each checks its unique key.
+RETURNS_TO_PENDING = (FAIL_ATTEMPT, HAND_BACK, EXPIRE, FORCE_RELEASE, RETRY_FAILED)
+
+
+def allowed_moves() -> set[tuple[str, str]]:
+    """Every (from, to) pair of statuses some transition writes (NEW / GONE for rows)."""
+    return {move for t in TRANSITIONS for move in t.moves()}
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """What one feature requires of the transitions that touch the statuses it cares about."""
+
+    feature: str
+    statuses: tuple[str, ...]
+    rules: Mapping[str, str]  # transition name -> the rule
+
+
+_HELD = "unique_while='pending': held while pending; 'unfinished': while pending or in progress"
+GUARDS: tuple[Guard, ...] = (
+    Guard(
+        "fence",
+        (IN_PROGRESS,),
+        {
+            "claim": "sets a new token (token + 1), holder and lease times from the database clock",
+            "complete": "matches (holder, token, in_progress): a stale worker changes nothing",
+            "fail_attempt": "matches (holder, token, in_progress)",
+            "hand_back": "matches (holder, token, in_progress)",
+            "expire": "only a lease past its expiry (database clock), with the token it locked",
+            "force_release": "the status and token the operator saw (the admin: its heartbeat too)",
+            "force_fail": "the status and token the operator saw",
+        },
+    ),
+    Guard(
+        "unique_key",
+        (PENDING, IN_PROGRESS),
+        {
+            "enqueue": f"{_HELD}; a held key returns its holder and inserts nothing",
+            "claim": "'pending' releases the key; 'unfinished' keeps it (same row, no conflict)",
+            "complete": "releases the key",
+            "fail_attempt": "back to pending only if no other item holds the key; else superseded "
+            "(failed, 'Superseded by <holder>')",
+            "hand_back": "as fail_attempt",
+            "expire": "as fail_attempt; of several expired items of one key, the lowest id returns",
+            "force_release": "as fail_attempt",
+            "force_fail": "releases the key",
+            "retry_failed": "skipped (nothing written) while another item holds the key",
+            "dependency_failed": "releases the key",
+        },
+    ),
+    Guard(
+        "dependencies",
+        (PENDING, COMPLETED, FAILED),
+        {
+            "enqueue": "dependencies_left starts at the dependencies not completed; an item whose "
+            "dependency already failed and that fails with it is failed at once",
+            "claim": "only items with dependencies_left = 0",
+            "complete": "each dependent's dependencies_left goes down by its edges to the item",
+            "fail_attempt": "failed for good: dependents that chose 'fail' fail with it",
+            "hand_back": "superseded: as fail_attempt",
+            "expire": "failed for good: as fail_attempt",
+            "force_release": "superseded: as fail_attempt",
+            "force_fail": "as fail_attempt",
+            "retry_failed": "skipped while a dependency failed and the item fails with it",
+            "dependency_failed": "its own dependents that chose 'fail' fail in turn",
+            "purge": "its edges go with it",
+        },
+    ),
+    Guard(
+        "pauses",
+        (PENDING,),
+        {
+            "claim": "never an item of a paused queue or work type",
+            "enqueue": "allowed while paused (the item waits)",
+            "fail_attempt": "a retry waits while paused",
+            "hand_back": "waits while paused",
+            "expire": "a retry waits while paused",
+            "force_release": "waits while paused",
+            "retry_failed": "waits while paused",
+            "force_fail": "allowed while paused",
+            "dependency_failed": "allowed while paused",
+        },
+    ),
+    Guard(
+        "limits",
+        (IN_PROGRESS,),
+        {
+            "claim": "never past a queue's or work type's limit of items in progress "
+            "(QUEUE_LIMITS, WORK_TYPE_LIMITS), counted under an advisory lock",
+            "complete": "frees a place",
+            "fail_attempt": "frees a place",
+            "hand_back": "frees a place",
+            "expire": "frees a place",
+            "force_release": "frees a place",
+            "force_fail": "frees a place",
+        },
+    ),
+)
+
+
+def by_name(name: str) -> Transition:
+    for transition in TRANSITIONS:
+        if transition.name == name:
+            return transition
+    raise KeyError(name)
+
+
+__all__ = [
+    "CLAIM",
+    "COMPLETE",
+    "DEPENDENCY_FAILED",
+    "ENQUEUE",
+    "EXPIRE",
+    "FAIL_ATTEMPT",
+    "FORCE_FAIL",
+    "FORCE_RELEASE",
+    "GUARDS",
+    "HAND_BACK",
+    "PURGE",
+    "RETRY_FAILED",
+    "TRANSITIONS",
+    "Guard",
+    "Transition",
+    "allowed_moves",
+]
