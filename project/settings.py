@@ -85,10 +85,9 @@ def _database_from_url(url: str) -> dict:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
         # A file (not :memory:) so that threads and worker subprocesses of the
-        # tests share one database.
-        config["TEST"] = {
-            "NAME": os.environ.get("SQLITE_TEST_NAME", str(BASE_DIR / ".test-db.sqlite3"))
-        }
+        # tests share one database; beside the configured one, so that test
+        # runs against different database files never share theirs.
+        config["TEST"] = {"NAME": os.environ.get("SQLITE_TEST_NAME", f"{config['NAME']}-test")}
     return config
 
 
