@@ -1,16 +1,19 @@
 """System checks for the leasing app (ids `leasing.E0xx` and `leasing.W0xx`).
 
-E001  settings.LEASING is not valid
+E001  settings.LEASING is not valid (one error per bad key, and per bad entry of a *_LIMITS)
 E002  the heartbeat interval is not below the lease
 E003  the extender interval is not below its extension
 E004  a SQLite database holding the leasing tables lacks the options the engine needs
 E005  (leasing.tasks) a TASKS backend is LeasingBackend but 'leasing' is not installed
-E006  an entry of LEASING["SCHEDULES"] is not valid (cron, time zone, keys, ...)
+E006  an entry of LEASING["SCHEDULES"] is not valid (anything its ticks' enqueue would refuse)
 E007  LEASING["READ_DATABASE"] names a database alias that DATABASES lacks
 E008  USE_TZ is False
+E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks
+E010  an entry of LEASING["HANDLERS"] cannot be loaded (its path, its options)
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
+W004  a heartbeat interval (the default or a work type's) is not below STALE_HEARTBEAT
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections, router
 
-from .conf import LeasingSettings, build_settings
-from .exceptions import InvalidInput, LeasingConfigurationError
-from .handlers import registry
-from .ticks import parse_schedule
+from .conf import LeasingSettings, read_settings
+from .exceptions import LeasingConfigurationError
+from .handlers import HandlerSpec, registry
+from .setting_entries import SettingProblem
 
 POSTGRES_ONLY_FEATURES = (
     "claims serialize on SQLite's single write lock instead of SKIP LOCKED, and idle "
@@ -45,24 +48,33 @@ SQLITE_OPTIONS_SNIPPET = (
 )
 
 
+# The checks apply the rules the runtime applies (`conf.read_settings`, which the
+# lazy settings use too), so a setting they accept never stops work at run time.
+SETTINGS_HINT = "Fix settings.LEASING; the keys and defaults are in README.md."
+ENTRY_HINT = (
+    "Fix or remove this entry. A process that runs without this check logs it once and "
+    "skips it: the other entries apply."
+)
+
+
+def _read() -> tuple[LeasingSettings, tuple[SettingProblem, ...]]:
+    return read_settings(getattr(settings, "LEASING", None))
+
+
 @checks.register("leasing")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    overrides = getattr(settings, "LEASING", None)
-    if isinstance(overrides, dict):
-        # Bad schedules are leasing.E006 (check_schedules), one error each.
-        overrides = {k: v for k, v in overrides.items() if str(k).upper() != "SCHEDULES"}
-    try:
-        conf = build_settings(overrides)
-    except LeasingConfigurationError as exc:
-        return [
-            checks.Error(
-                str(exc),
-                hint="Fix settings.LEASING; the keys and defaults are in README.md.",
-                id="leasing.E001",
-            )
-        ]
+    conf, problems = _read()
+    # Bad schedules are leasing.E006 (check_schedules), one error each.
+    messages: list[checks.CheckMessage] = [
+        checks.Error(
+            problem.message, hint=ENTRY_HINT if problem.entry else SETTINGS_HINT, id="leasing.E001"
+        )
+        for problem in problems
+        if problem.setting != "SCHEDULES"
+    ]
+    if any(not problem.entry for problem in problems):
+        return messages  # a bad key stands at its default: the checks below would judge that
 
-    messages: list[checks.CheckMessage] = []
     if conf.heartbeat_interval >= conf.lease_duration:
         messages.append(
             checks.Error(
@@ -84,7 +96,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="leasing.W002",
             )
         )
-    messages += _stale_between_renewals(conf)
+    specs, handler_messages = _handler_specs()
+    messages += handler_messages
+    messages += _stale_between_renewals(conf, specs)
     if conf.sweep_interval > conf.lease_duration:
         messages.append(
             checks.Warning(
@@ -95,8 +109,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="leasing.W003",
             )
         )
+    known = ", ".join(repr(alias) for alias in settings.DATABASES) or "none"
     if conf.read_database is not None and conf.read_database not in settings.DATABASES:
-        known = ", ".join(repr(alias) for alias in settings.DATABASES) or "none"
         messages.append(
             checks.Error(
                 f"LEASING['READ_DATABASE'] is {conf.read_database!r}, which is not a database "
@@ -104,6 +118,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 hint="Name an alias of DATABASES (e.g. a streaming replica), or remove the key "
                 "to read from the default database.",
                 id="leasing.E007",
+            )
+        )
+    if conf.listen_database is not None and conf.listen_database not in settings.DATABASES:
+        messages.append(
+            checks.Error(
+                f"LEASING['LISTEN_DATABASE'] is {conf.listen_database!r}, which is not a "
+                f"database alias of DATABASES (aliases: {known}): every PostgreSQL worker's "
+                "NOTIFY listener would fail, leaving idle workers to poll.",
+                hint="Name an alias of DATABASES (a direct connection, not a transaction "
+                "pooler), or remove the key to listen on the worker's own database.",
+                id="leasing.E009",
             )
         )
     if conf.extender_enabled and conf.extender_interval >= conf.extender_extension:
@@ -118,7 +143,24 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return messages
 
 
-def _stale_between_renewals(conf: LeasingSettings) -> list[checks.CheckMessage]:
+def _handler_specs() -> tuple[list[HandlerSpec], list[checks.CheckMessage]]:
+    """The registered handlers, or the error of the first LEASING['HANDLERS'] entry that
+    cannot be loaded: every enqueue and every worker would raise it."""
+    try:
+        return registry.specs(), []
+    except LeasingConfigurationError as exc:
+        error = checks.Error(
+            str(exc),
+            hint="Fix the entry: a dotted path to a callable, or a dict with a 'handler' "
+            "dotted path and the options of @leasing.handler.",
+            id="leasing.E010",
+        )
+        return [], [error]
+
+
+def _stale_between_renewals(
+    conf: LeasingSettings, specs: list[HandlerSpec]
+) -> list[checks.CheckMessage]:
     """The heartbeat intervals (the default and each work type's) not below STALE_HEARTBEAT.
 
     A lease is renewed on its own type's interval, so the console, which calls
@@ -126,10 +168,6 @@ def _stale_between_renewals(conf: LeasingSettings) -> list[checks.CheckMessage]:
     they are healthy.
     """
     intervals = {"LEASING['HEARTBEAT_INTERVAL']": conf.heartbeat_interval}
-    try:
-        specs = registry.specs()
-    except LeasingConfigurationError:
-        specs = []  # a bad LEASING['HANDLERS'] entry: runworker says which at start-up
     for spec in specs:
         if spec.heartbeat_interval is not None:
             intervals[f"work type {spec.work_type!r}"] = spec.heartbeat_interval
@@ -170,23 +208,30 @@ def check_time_zone(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 
 @checks.register("leasing")
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    overrides = getattr(settings, "LEASING", None)
-    if not isinstance(overrides, dict):
-        return []
-    value = next((v for k, v in overrides.items() if str(k).upper() == "SCHEDULES"), None)
-    if value is None:
-        return []
+    conf, problems = _read()
     hint = 'See README.md "Schedules" for the keys and an example.'
-    if not isinstance(value, dict):
-        message = f"LEASING['SCHEDULES'] must be a dict of name to schedule, got {value!r}."
-        return [checks.Error(message, hint=hint, id="leasing.E006")]
-    messages: list[checks.CheckMessage] = []
-    for name, definition in value.items():
+    messages: list[checks.CheckMessage] = [
+        checks.Error(problem.message, hint=hint, id="leasing.E006")
+        for problem in problems
+        if problem.setting == "SCHEDULES"
+    ]
+    if conf.allow_unregistered_types or any(not problem.entry for problem in problems):
+        return messages
+    for spec in conf.schedules.values():
         try:
-            parse_schedule(name, definition)
-        except InvalidInput as exc:
+            registered = spec.work_type in registry
+        except LeasingConfigurationError:
+            continue  # a bad LEASING['HANDLERS'] entry: leasing.E010 says which
+        if not registered:
             messages.append(
-                checks.Error(f"LEASING['SCHEDULES']: {exc}", hint=hint, id="leasing.E006")
+                checks.Error(
+                    f"LEASING['SCHEDULES']: schedule {spec.name!r}: no handler is registered "
+                    f"for work type {spec.work_type!r}, so the enqueue would refuse every "
+                    "tick's item.",
+                    hint="Register a handler for it (@leasing.handler), or set "
+                    "LEASING['ALLOW_UNREGISTERED_TYPES'] = True where another process runs it.",
+                    id="leasing.E006",
+                )
             )
     return messages
 

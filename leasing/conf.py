@@ -6,90 +6,135 @@
 Nothing is read at import time: the first attribute access builds a frozen
 `LeasingSettings` from `settings.LEASING` (validated, unknown keys rejected) and
 caches it until Django's `setting_changed` signal says `LEASING` changed.
+
+The rules are the runtime's (`leasing.validation`), so that a setting
+`manage.py check` accepts never stops work at run time. A bad entry of a
+limit or a schedule (`leasing.setting_entries`) costs only itself: a process
+that runs anyway logs it once and skips it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS
 from django.dispatch import receiver
 
+# Modules, not their names: `validation` imports this module, and `setting_entries`
+# imports `validation` (each one's names are used only once everything is loaded).
+from . import setting_entries, validation
 from .exceptions import InvalidInput, LeasingConfigurationError
-from .ticks import ScheduleSpec, parse_schedule
+
+if TYPE_CHECKING:
+    from .setting_entries import SettingProblem
+    from .ticks import ScheduleSpec
 
 MIB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class LeasingSettings:
+    """`settings.LEASING`, typed. Each field's `#:` comment is its line in the reference.
+
+    The documentation site renders these comments (docs/hooks), so a setting
+    without one fails `make docs`.
+    """
+
     # Leases
+    #: Seconds a lease lasts without renewal: how long a dead worker's item waits for the sweep.
     lease_duration: float = 300.0
+    #: Seconds between renewals of a running item's lease; below the lease (leasing.E002).
     heartbeat_interval: float = 30.0
+    #: Failed renewals in a row (database unreachable) after which the worker gives the lease up.
     heartbeat_max_failures: int = 3
+    #: Retries of an item enqueued without `max_retries` whose handler sets none.
     max_retries: int = 3
+    #: Seconds before the first retry of a failed attempt; each further retry waits twice as long.
     retry_backoff_base: float = 2.0
+    #: The longest a retry waits, in seconds, however many retries came before.
     retry_backoff_max: float = 3600.0
+    #: +/- fraction of random spread on each retry delay, so items that failed together spread out.
     retry_jitter: float = 0.25
 
     # Recovery sweep
+    #: Seconds between sweep passes: a dead worker's item is back within lease + this.
     sweep_interval: float = 60.0
+    #: Expired items recovered per transaction, so one pass never holds many row locks at once.
     sweep_batch_size: int = 2000
+    #: Checkpoints the sweep keeps per task (newest first); above what a task writes between two
+    #: `iteration_end`s, or the resume point is pruned.
     checkpoint_retention: int = 100
 
     # Dashboard
+    #: Seconds after which the console calls a heartbeat stale; above every heartbeat interval
+    #: (leasing.W004).
     stale_heartbeat: float = 120.0
 
     # Idempotency keys
+    #: Seconds a `run_once` key and its stored response live; longer than an item can be retried.
     idempotency_ttl: float = 24 * 3600.0
 
     # Proof-of-work lease extender
+    #: `beat` mode: the most seconds between two extensions of a beating handler's lease (the
+    #: worker also keeps it within the type's heartbeat interval and half the lease).
     extender_interval: float = 60.0
+    #: Seconds each extension adds, for a `LeaseExtender` built from the settings (the worker's
+    #: `beat` mode extends by the lease duration).
     extender_extension: float = 300.0
+    #: False: a `LeaseExtender` built from the settings extends nothing.
     extender_enabled: bool = True
 
     # Bad input
+    #: Largest JSON payload (input, output, snapshot, response) in bytes, so one item cannot
+    #: bloat the tables.
     max_payload_bytes: int = MIB
 
-    # The most a lease can live from its claim, whatever its renewals (per-type
-    # `max_lease_lifetime` and `timeout` handler options can lower it).
+    # Lease deadline
+    #: The most a lease can live from its claim, whatever its renewals (per-type
+    #: `max_lease_lifetime` and `timeout` handler options can lower it), so no lease is immortal.
     max_lease_lifetime: float = 4 * 3600.0
 
     # Worker runtime
+    #: Seconds an idle worker waits between claims (+/-20% jitter); the only wake-up on SQLite.
     poll_interval: float = 1.0
+    #: Seconds running items get to finish after SIGTERM before they are handed back.
     shutdown_timeout: float = 30.0
+    #: Handlers listed in the settings instead of an app's `handlers.py`:
+    #: `{"type": "dotted.path"}` or `{"type": {"handler": "dotted.path", **options}}`.
     handlers: dict[str, Any] = field(default_factory=dict)
-    # Producer-only processes may enqueue work types they have no handler for.
+    #: Producer-only processes may enqueue work types they have no handler for.
     allow_unregistered_types: bool = False
-    # Idle PostgreSQL workers wait for NOTIFY on a session connection of
-    # `listen_database` (default: the worker's own database). Behind a
-    # transaction pooler name a direct connection, or set LISTEN to False to poll.
+    #: Idle PostgreSQL workers wait for NOTIFY on enqueue; False: they only poll.
     listen: bool = True
+    #: The alias whose session connection the NOTIFY listener uses (default: the worker's own);
+    #: behind a transaction pooler, a direct connection.
     listen_database: str | None = None
 
-    # The console's reads (dashboard, lists and item pages, timeline, history,
-    # /metrics) go to this database alias, e.g. a streaming replica; None: the
-    # default database. Lease writes, and every read that decides one (an
-    # operator action's re-read), always go to the default database.
+    # Console and metrics
+    #: The alias the console reads from (dashboard, lists and item pages, timeline, history,
+    #: /metrics), e.g. a streaming replica; None: the default database. Lease writes, and every
+    #: read that decides one (an operator action's re-read), always go to the default database.
     read_database: str | None = None
-
-    # Metrics endpoint: a bearer token, or None for staff sessions only.
+    #: Bearer token that lets Prometheus scrape /metrics; None: staff sessions only.
     metrics_token: str | None = None
 
-    # Periodic work (README "Schedules"): name -> validated ScheduleSpec.
+    # Schedules and concurrency limits
+    #: Periodic work by name: one item per cron or interval tick (each entry checked: E006).
     schedules: dict[str, ScheduleSpec] = field(default_factory=dict)
-    # Global concurrency limits: at most N items in flight (claimed, not yet
-    # finished) per queue / per work type, across every worker and host.
+    #: At most N items in flight (claimed, not yet finished) per queue, across every worker and
+    #: host, e.g. for a rate-limited API.
     queue_limits: dict[str, int] = field(default_factory=dict)
+    #: The same per work type.
     work_type_limits: dict[str, int] = field(default_factory=dict)
 
 
-_POSITIVE_NUMBERS = {
+# Seconds: positive, and no more than any `validation.positive_seconds` at run time takes.
+_SECONDS = {
     "lease_duration",
     "heartbeat_interval",
     "retry_backoff_base",
@@ -103,30 +148,35 @@ _POSITIVE_NUMBERS = {
     "shutdown_timeout",
     "max_lease_lifetime",
 }
-_POSITIVE_INTEGERS = {
-    "heartbeat_max_failures",
-    "sweep_batch_size",
-    "checkpoint_retention",
-    "max_payload_bytes",
-}
-_NON_NEGATIVE_INTEGERS = {"max_retries"}
+
+
+def _integer_range(name: str) -> tuple[int, int] | None:
+    """An integer setting's (minimum, maximum): the range the runtime takes (a column, the
+    sweep's batch). A function: `validation` is half-imported while this module loads."""
+    return {
+        "heartbeat_max_failures": (1, validation.MAX_BIGINT),
+        "sweep_batch_size": (1, validation.MAX_SWEEP_BATCH_SIZE),
+        "checkpoint_retention": (1, validation.MAX_BIGINT),
+        "max_payload_bytes": (1, validation.MAX_BIGINT),
+        "max_retries": (0, validation.PG_INT_MAX),  # each item's max_retries column
+    }.get(name)
+
+
+# Settings made of entries (a limit, a schedule): one bad entry costs only itself at run
+# time (logged and skipped); read after the others, as schedules need MAX_PAYLOAD_BYTES.
+_ENTRY_SETTINGS = ("queue_limits", "work_type_limits", "schedules")
 
 
 def _check_value(name: str, value: Any) -> Any:
     key = f"LEASING[{name.upper()!r}]"
-    if name in _POSITIVE_NUMBERS:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise LeasingConfigurationError(f"{key} must be a number, got {value!r}.")
-        if not math.isfinite(value) or value <= 0:
-            raise LeasingConfigurationError(f"{key} must be a positive number, got {value!r}.")
-        return float(value)
-    if name in _POSITIVE_INTEGERS | _NON_NEGATIVE_INTEGERS:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise LeasingConfigurationError(f"{key} must be an integer, got {value!r}.")
-        minimum = 0 if name in _NON_NEGATIVE_INTEGERS else 1
-        if value < minimum:
-            raise LeasingConfigurationError(f"{key} must be at least {minimum}, got {value!r}.")
-        return value
+    try:
+        if name in _SECONDS:
+            return validation.positive_seconds(key, value)
+        bounds = _integer_range(name)
+        if bounds is not None:
+            return validation.integer(key, value, minimum=bounds[0], maximum=bounds[1])
+    except InvalidInput as exc:
+        raise LeasingConfigurationError(str(exc)) from None
     if name == "retry_jitter":
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
             raise LeasingConfigurationError(f"{key} must be a number in [0, 1), got {value!r}.")
@@ -142,77 +192,96 @@ def _check_value(name: str, value: Any) -> Any:
             )
         return dict(value)
     if name in ("listen_database", "read_database"):
+        # Whether DATABASES has the alias is the system check's (E007, E009): the
+        # settings are read before the connections are.
         if value is not None and (not isinstance(value, str) or not value):
             raise LeasingConfigurationError(f"{key} must be a database alias or None.")
         return value
-    if name in ("queue_limits", "work_type_limits"):
-        return _check_limits(key, value)
     if name == "metrics_token":
-        if value is not None and (not isinstance(value, str) or not value):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
             raise LeasingConfigurationError(f"{key} must be a non-empty string or None.")
+        if value is not None:
+            _text(key, value)
         return value
-    if name == "schedules":
-        return parse_schedules(value)
     raise AssertionError(f"no validator for {name}")  # pragma: no cover
 
 
-class ScheduleConfigurationError(LeasingConfigurationError):
-    """A bad `LEASING["SCHEDULES"]` entry (system check leasing.E006)."""
+def _text(key: str, value: str) -> str:
+    """Storable text (`validation.storable_text`), as a configuration error."""
+    try:
+        return validation.storable_text(key, value)
+    except InvalidInput as exc:
+        raise LeasingConfigurationError(str(exc)) from None
 
 
-def parse_schedules(value: Any) -> dict[str, ScheduleSpec]:
-    """`LEASING["SCHEDULES"]`: a dict of name to definition, each one validated."""
-    if not isinstance(value, dict):
-        raise ScheduleConfigurationError(
-            f"LEASING['SCHEDULES'] must be a dict of name to schedule, got {type(value).__name__}."
-        )
-    specs = {}
-    for name, definition in value.items():
-        try:
-            spec = parse_schedule(name, definition)
-        except InvalidInput as exc:
-            raise ScheduleConfigurationError(f"LEASING['SCHEDULES']: {exc}") from None
-        specs[spec.name] = spec
-    return specs
+def read_settings(
+    overrides: dict[str, Any] | None,
+) -> tuple[LeasingSettings, tuple[SettingProblem, ...]]:
+    """The typed settings of `settings.LEASING`, and everything wrong in it.
 
-
-def _check_limits(key: str, value: Any) -> dict[str, int]:
-    """A dict of non-empty names to positive integers (the most in flight at once)."""
-    if not isinstance(value, dict):
-        raise LeasingConfigurationError(
-            f"{key} must be a dict of name to a positive integer, got {type(value).__name__}."
-        )
-    limits: dict[str, int] = {}
-    for name, limit in value.items():
-        if not isinstance(name, str) or not name.strip():
-            raise LeasingConfigurationError(f"{key} keys must be non-empty strings, got {name!r}.")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise LeasingConfigurationError(
-                f"{key}[{name!r}] must be a positive integer, got {limit!r}."
-            )
-        limits[name] = limit
-    return limits
-
-
-def build_settings(overrides: dict[str, Any] | None) -> LeasingSettings:
-    """Validate `settings.LEASING` and return the typed settings."""
+    Never raises: a bad entry of a limit or a schedule is left out of the
+    settings (the others stay); any other bad key leaves its default, and its
+    problem is not an `entry` one: `build_settings` and the lazy settings
+    raise it, the system check reports it.
+    """
     if overrides is None:
         overrides = {}
     if not isinstance(overrides, dict):
-        raise LeasingConfigurationError(
-            f"settings.LEASING must be a dict, got {type(overrides).__name__}."
-        )
+        message = f"settings.LEASING must be a dict, got {type(overrides).__name__}."
+        return LeasingSettings(), (setting_entries.SettingProblem("LEASING", message),)
     known = {f.name for f in dataclasses.fields(LeasingSettings)}
     values: dict[str, Any] = {}
+    entries: dict[str, Any] = {}
+    problems: list[SettingProblem] = []
     for raw_key, value in overrides.items():
         name = str(raw_key).lower()
         if name not in known:
             choices = ", ".join(sorted(n.upper() for n in known))
-            raise LeasingConfigurationError(
-                f"Unknown setting LEASING[{raw_key!r}]. Known settings: {choices}."
-            )
-        values[name] = _check_value(name, value)
-    return LeasingSettings(**values)
+            message = f"Unknown setting LEASING[{raw_key!r}]. Known settings: {choices}."
+            problems.append(setting_entries.SettingProblem(str(raw_key), message))
+        elif name in _ENTRY_SETTINGS:
+            entries[name] = value
+        else:
+            try:
+                values[name] = _check_value(name, value)
+            except LeasingConfigurationError as exc:
+                problems.append(setting_entries.SettingProblem(name.upper(), str(exc)))
+    for name, value in entries.items():
+        if name == "schedules":
+            limit = values.get("max_payload_bytes", MIB)
+            values[name], found = setting_entries.read_schedules(value, max_payload_bytes=limit)
+        else:
+            values[name], found = setting_entries.read_limits(name.upper(), value)
+        problems += found
+    return LeasingSettings(**values), tuple(problems)
+
+
+def build_settings(overrides: dict[str, Any] | None) -> LeasingSettings:
+    """Validate `settings.LEASING` and return the typed settings; the first problem raises."""
+    conf, problems = read_settings(overrides)
+    if problems:
+        raise problems[0].error()
+    return conf
+
+
+logger = logging.getLogger("leasing.conf")
+
+
+def _runtime_settings(overrides: dict[str, Any] | None) -> LeasingSettings:
+    """The settings a process runs with: a bad limit or schedule is logged (once: the
+    result is cached until LEASING changes) and skipped; any other problem raises.
+
+    `manage.py check` reports every one of them; this is for a process that
+    runs without the check (an embedded worker, settings changed under it),
+    which keeps every other queue and schedule working.
+    """
+    conf, problems = read_settings(overrides)
+    for problem in problems:
+        if not problem.entry:
+            raise problem.error()
+    for problem in problems:
+        logger.error("%s Skipped; the rest of LEASING applies (manage.py check).", problem.message)
+    return conf
 
 
 class _LazySettings:
@@ -228,7 +297,9 @@ class _LazySettings:
             from django.conf import settings
 
             with self._lock:
-                cached = self._cached = build_settings(getattr(settings, "LEASING", None))
+                cached = self._cached
+                if cached is None:
+                    cached = self._cached = _runtime_settings(getattr(settings, "LEASING", None))
         return cached
 
     def __getattr__(self, name: str) -> Any:

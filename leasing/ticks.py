@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from . import validation
 from .exceptions import InvalidInput
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -41,6 +42,10 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # ticks): the item then says "at least" this many.
 MAX_COUNTED_TICKS = 10_000
 MISSED_POLICIES = ("skip", "catch_up")
+# The widths of the `schedules` columns (leasing.models.schedules): a longer value
+# would fail the scheduler's sync in the database instead of here.
+MAX_CRON_LENGTH = 255
+MAX_TIMEZONE_LENGTH = 64
 CRONSIM_MISSING = (
     "cron schedules need the cronsim package: pip install 'django-leasing[schedule]' "
     "(or use 'every' seconds instead of 'cron')"
@@ -136,7 +141,7 @@ def _cronsim() -> Any:
 
 
 def parse_timezone(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TIMEZONE_LENGTH:
         raise InvalidInput(f"timezone must be an IANA time zone name, got {value!r}.")
     try:
         ZoneInfo(value)
@@ -148,9 +153,13 @@ def parse_timezone(value: Any) -> str:
 
 
 def parse_cron(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value.strip() or not _storable(value):
         raise InvalidInput(f"cron must be a cron expression such as '0 3 * * *', got {value!r}.")
     expression = " ".join(value.split())
+    if len(expression) > MAX_CRON_LENGTH:
+        raise InvalidInput(
+            f"cron expression must be at most {MAX_CRON_LENGTH} characters, got {len(expression)}."
+        )
     if len(expression.split()) not in (5, 6):
         raise InvalidInput(
             f"cron expression {value!r} must have 5 fields (minute hour day month weekday) "
@@ -225,21 +234,36 @@ class ScheduleSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def _storable(value: str) -> bool:
+    """No NUL and no lone surrogate: text both databases store (`validation.storable_text`)."""
+    try:
+        validation.storable_text("text", value)
+    except InvalidInput:
+        return False
+    return True
+
+
 def parse_name(value: Any) -> str:
     if (
         not isinstance(value, str)
         or not value.strip()
         or len(value) > MAX_NAME_LENGTH
-        or "\x00" in value
+        or not _storable(value)
     ):
         raise InvalidInput(
             f"a schedule name must be non-empty text of at most {MAX_NAME_LENGTH} characters, "
-            f"got {value!r}."
+            f"without NUL or lone surrogate characters, got {value!r}."
         )
     return value
 
 
-def parse_payload(value: Any) -> dict[str, Any]:
+def parse_payload(value: Any, *, limit: int | None = None) -> dict[str, Any]:
+    """A payload every database stores (`validation.payload`: NUL, surrogates, size, depth).
+
+    Returned as it will be stored: decoded from its JSON (keys become
+    strings, tuples lists), so the fingerprint and the items see one value.
+    `limit`: the byte limit (None: `LEASING["MAX_PAYLOAD_BYTES"]`).
+    """
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -248,21 +272,61 @@ def parse_payload(value: Any) -> dict[str, Any]:
         raise InvalidInput(
             f"payload must not use the key {RESERVED_PAYLOAD_KEY!r}: each item gets its tick there."
         )
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"payload is not JSON-serializable: {exc}.") from None
-    return dict(value)
+    encoded = validation.payload("payload", value, limit=limit)
+    assert encoded is not None  # value is a dict
+    return json.loads(encoded)
 
 
 def parse_text(field: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > 255 or "\x00" in value:
-        raise InvalidInput(f"{field} must be non-empty text, got {value!r}.")
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > validation.MAX_KEY_LENGTH
+        or not _storable(value)
+    ):
+        raise InvalidInput(
+            f"{field} must be non-empty text of at most {validation.MAX_KEY_LENGTH} characters, "
+            f"without NUL or lone surrogate characters, got {value!r}."
+        )
     return value
 
 
-def parse_schedule(name: Any, definition: Any) -> ScheduleSpec:
-    """One `LEASING["SCHEDULES"]` entry, validated (InvalidInput says what is wrong)."""
+def tick_input(name: str, payload: dict[str, Any], missed: str, due: Due) -> dict[str, Any]:
+    """A tick's item input: the schedule's payload plus `_schedule`, what the tick is."""
+    about: dict[str, Any] = {"name": name, "tick": due.tick.isoformat(), "missed": missed}
+    if missed == "catch_up":
+        about.update(since=due.first.isoformat(), ticks=due.ticks)
+    else:
+        about["skipped"] = due.missed
+    return {**payload, RESERVED_PAYLOAD_KEY: about}
+
+
+# The largest `_schedule` entry a tick can get (the longest times, the most ticks).
+_LAST_MOMENT = datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
+_LARGEST_DUE = Due(_LAST_MOMENT, _LAST_MOMENT, MAX_COUNTED_TICKS, _LAST_MOMENT)
+
+
+def check_item_input(spec: ScheduleSpec, *, limit: int | None = None) -> None:
+    """Refuse a schedule whose ticks' items the enqueue would refuse (too large with their
+    `_schedule` entry), so that it is refused once, here, rather than at every tick."""
+    validation.payload(
+        f"payload (with the {RESERVED_PAYLOAD_KEY!r} entry each tick's item gets)",
+        tick_input(spec.name, spec.payload, spec.missed, _LARGEST_DUE),
+        limit=limit,
+    )
+
+
+def parse_schedule(
+    name: Any, definition: Any, *, max_payload_bytes: int | None = None
+) -> ScheduleSpec:
+    """One `LEASING["SCHEDULES"]` entry, validated (InvalidInput says what is wrong).
+
+    Every rule the scheduler and the enqueue apply at run time is checked
+    here (storable text, the payload's size with its `_schedule` entry, its
+    depth), so a schedule that passes never fails at its ticks for what it
+    says. `max_payload_bytes`: the limit (None: `LEASING["MAX_PAYLOAD_BYTES"]`;
+    the settings pass theirs while they are being read).
+    """
     name = parse_name(name)
     if not isinstance(definition, dict):
         raise InvalidInput(f"schedule {name!r} must be a dict, got {type(definition).__name__}.")
@@ -275,15 +339,17 @@ def parse_schedule(name: Any, definition: Any) -> ScheduleSpec:
             )
         if "work_type" not in definition:
             raise InvalidInput("'work_type' is required.")
-        return ScheduleSpec(
+        spec = ScheduleSpec(
             name=name,
             work_type=parse_text("work_type", definition["work_type"]),
             timing=parse_timing(
                 definition.get("cron"), definition.get("every"), definition.get("timezone", "UTC")
             ),
-            payload=parse_payload(definition.get("payload")),
+            payload=parse_payload(definition.get("payload"), limit=max_payload_bytes),
             queue=parse_text("queue", definition.get("queue", "default")),
             missed=parse_missed(definition.get("missed", "skip")),
         )
+        check_item_input(spec, limit=max_payload_bytes)
+        return spec
     except InvalidInput as exc:
         raise InvalidInput(f"schedule {name!r}: {exc}") from None

@@ -12,9 +12,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django.db import connections
 from django.utils import timezone
 
-from .conf import get_settings
+# A module, not its names: `conf` imports this module in turn.
+from . import conf as leasing_conf
 from .exceptions import (
     InvalidDuration,
     InvalidHeartbeatInterval,
@@ -60,6 +62,9 @@ def heartbeat_below_lease(interval: float, lease_duration: float) -> None:
 # The largest integer a database column (bigint) stores: no integer the API
 # takes may be larger, or the driver raises instead of a clear error.
 MAX_BIGINT = 2**63 - 1
+# The most expired leases one sweep transaction recovers (`RecoverySweep`'s
+# `batch_size`, `LEASING["SWEEP_BATCH_SIZE"]`): more holds too many row locks.
+MAX_SWEEP_BATCH_SIZE = 5000
 
 
 def integer(name: str, value: Any, *, minimum: int | None = None, maximum: int = MAX_BIGINT) -> int:
@@ -111,14 +116,17 @@ def text_filter(name: str, value: Any) -> list[str] | None:
     raise InvalidInput(f"{name} must be a string or a list of strings, got {value!r}.")
 
 
-def payload(name: str, value: Any, *, required: bool = False) -> str | None:
+def payload(
+    name: str, value: Any, *, required: bool = False, limit: int | None = None
+) -> str | None:
     """Encode a JSON payload that both databases store, or raise `PayloadNotSerializable`.
 
     Refused: values JSON cannot encode, NaN and infinities, NUL characters
     and lone surrogates in strings (jsonb rejects both), nesting deeper than
-    `MAX_JSON_DEPTH`, and more than `MAX_PAYLOAD_BYTES` once encoded. Returns
-    the JSON text (None for a missing optional payload), so callers encode
-    once and reuse the result.
+    `MAX_JSON_DEPTH`, and more than `limit` bytes once encoded (None:
+    `LEASING["MAX_PAYLOAD_BYTES"]`; the settings pass their own while they are
+    being read). Returns the JSON text (None for a missing optional payload),
+    so callers encode once and reuse the result.
     """
     if value is None and not required:
         return None
@@ -136,7 +144,8 @@ def payload(name: str, value: Any, *, required: bool = False) -> str | None:
         raise PayloadNotSerializable(
             f"{name} contains a lone surrogate character, which JSON columns reject."
         ) from None
-    limit = get_settings().max_payload_bytes
+    if limit is None:
+        limit = leasing_conf.get_settings().max_payload_bytes
     if size > limit:
         raise PayloadTooLarge(
             f"{name} is {size} bytes as JSON, over the limit of {limit} bytes "
@@ -167,6 +176,21 @@ def _depth(value: Any) -> int:
             return deepest
         stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def database_alias(value: Any, name: str = "using") -> str:
+    """An alias of settings.DATABASES: the `using=` of every public function.
+
+    Checked before anything is read or written, so a typo is this error
+    rather than Django's `ConnectionDoesNotExist` (or a `TypeError` for a
+    non-string) from somewhere inside.
+    """
+    if isinstance(value, str) and value in connections.settings:
+        return value
+    known = ", ".join(repr(alias) for alias in connections.settings) or "none"
+    raise InvalidInput(
+        f"{name} must name a database alias of settings.DATABASES ({known}), got {_short(value)}."
+    )
 
 
 def aware_datetime(name: str, value: Any) -> datetime | None:

@@ -1,4 +1,4 @@
-"""The README's monitoring SQL, verbatim, for the tests that run it."""
+"""The monitoring SQL, verbatim: the tests run it, and docs/reference/monitoring-sql.md shows it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README's monitoring SQL runs unchanged on PostgreSQL."""
+"""The documented monitoring SQL (docs/reference/monitoring-sql.md) runs unchanged on PostgreSQL."""
 
 from __future__ import annotations
 

@@ -45,6 +45,22 @@ def unstorable_ids(ids: Iterable[str]) -> list[str]:
     return [pk for pk in ids if not storable(pk)]
 
 
+BIGINT_MAX = 2**63 - 1
+
+
+def not_integer_ids(ids: Iterable[str]) -> list[str]:
+    """The ids of a selection on an integer primary key that are not one.
+
+    The ORM raises on `pk__in=["abc"]` (ValueError) and the database on an id
+    past bigint: without this check, a 500.
+    """
+    return [
+        pk
+        for pk in ids
+        if not (pk.isascii() and pk.isdigit() and len(pk) <= 19 and 0 < int(pk) <= BIGINT_MAX)
+    ]
+
+
 REFUSAL = (
     "The request contains characters the database cannot store (a NUL byte or an "
     "unpaired surrogate) or a value over {limit:,} characters, in {name}; nothing "

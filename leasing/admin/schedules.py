@@ -14,7 +14,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db.models import QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
@@ -28,6 +30,7 @@ from ..models import Schedule
 from ..services import schedules as service
 from ..ticks import (
     ScheduleSpec,
+    check_item_input,
     parse_cron,
     parse_every,
     parse_missed,
@@ -38,7 +41,7 @@ from ..ticks import (
     parse_timing,
 )
 from . import display
-from .guards import first_unstorable, refusal_message
+from .guards import first_unstorable, not_integer_ids, refusal_message
 
 DEFINITION = ("work_type", "cron", "every", "timezone", "payload", "queue_name", "missed")
 TIMING = ("cron", "every", "timezone")
@@ -52,10 +55,35 @@ def _field(parse: Any, value: Any, *args: Any) -> Any:
         raise forms.ValidationError(str(exc)) from None
 
 
+class PayloadField(forms.JSONField):
+    """The payload as JSON text: a form error for any bad text, never a 500.
+
+    A bound form shows the text as typed. Django's field would parse it and
+    encode it again, which fails for a lone surrogate (written `\\ud800` in the
+    JSON, the page then cannot be encoded) and for JSON nested deeper than the
+    interpreter's stack (RecursionError), as parsing it does.
+    """
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError(
+                f"payload is nested more than {validation.MAX_JSON_DEPTH} levels deep.",
+                code="invalid",
+            ) from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled or not isinstance(data, str):
+            return super().bound_data(data, initial)
+        return InvalidJSONInput(data)
+
+
 class ScheduleForm(forms.ModelForm):
     class Meta:
         model = Schedule
         fields = ("name", *DEFINITION, "enabled")
+        field_classes = {"payload": PayloadField}
 
     spec: ScheduleSpec | None = None
 
@@ -94,9 +122,8 @@ class ScheduleForm(forms.ModelForm):
         return _field(parse_missed, self.cleaned_data.get("missed"))
 
     def clean_payload(self) -> dict[str, Any]:
-        payload = _field(parse_payload, self.cleaned_data.get("payload"))
-        _field(validation.payload, payload, "payload")  # NUL, surrogates, size, depth
-        return payload
+        # NUL, lone surrogates, size and depth, as the settings' schedules.
+        return _field(parse_payload, self.cleaned_data.get("payload"))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -112,7 +139,7 @@ class ScheduleForm(forms.ModelForm):
                 if "exactly one" in str(exc)
                 else str(exc)
             ) from None
-        self.spec = ScheduleSpec(
+        spec = ScheduleSpec(
             name=data["name"],
             work_type=data["work_type"],
             timing=timing,
@@ -120,6 +147,12 @@ class ScheduleForm(forms.ModelForm):
             queue=data["queue_name"],
             missed=data["missed"],
         )
+        try:
+            check_item_input(spec)  # the payload with its `_schedule` entry still fits
+        except InvalidInput as exc:
+            self.add_error("payload", str(exc))
+            return data
+        self.spec = spec
         return data
 
 
@@ -147,10 +180,24 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         name = first_unstorable(request.GET, request.POST)
-        if name is None:
+        if name is not None:
+            refusal = refusal_message(f"parameter {name}")
+        else:
+            refusal = self._bad_selection(request)
+        if refusal is None:
             return super().changelist_view(request, extra_context)
-        self.message_user(request, refusal_message(f"parameter {name}"), messages.ERROR)
+        self.message_user(request, refusal, messages.ERROR)
         return HttpResponseRedirect(reverse(f"{self.admin_site.name}:leasing_schedule_changelist"))
+
+    def _bad_selection(self, request: HttpRequest) -> str | None:
+        """Why an action's selection is refused (ids that are not schedule ids), if it is."""
+        if request.method != "POST" or "action" not in request.POST:
+            return None
+        bad = not_integer_ids(request.POST.getlist(ACTION_CHECKBOX_NAME))
+        if not bad:
+            return None
+        shown = ", ".join(repr(pk[:50]) for pk in bad[:5])
+        return f"The selection has ids that are not schedule ids ({shown}); nothing was changed."
 
     # --- columns -------------------------------------------------------------------------
 

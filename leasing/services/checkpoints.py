@@ -76,6 +76,7 @@ def create_checkpoint(
     checkpoint is attached to the leased item; `LeaseLostError` means the lease
     is gone and nothing was written.
     """
+    using = validation.database_alias(using)
     task_id = validation.non_empty_text("task_id", task_id)
     checkpoint_type = CheckpointType.validate(checkpoint_type)
     if snapshot is None:
@@ -152,6 +153,7 @@ def create_checkpoint(
 
 def checkpoints_for(task_id: str, *, using: str = "default") -> CheckpointQuerySet:
     """The task's checkpoints in sequence order."""
+    using = validation.database_alias(using)
     from ..models import Checkpoint  # models load only after django.setup()
 
     return Checkpoint.objects.using(using).for_task(validation.non_empty_text("task_id", task_id))

@@ -161,6 +161,7 @@ _UNFINISHED_FIRST = Case(
 
 def waiting_on(item_id: str, *, limit: int = 50, using: str = "default") -> WaitingOn:
     """What `item_id` waits for (raises `WorkItemNotFound` for an unknown id)."""
+    using = validation.database_alias(using)
     from ..models import WorkItem  # models load only after django.setup()
 
     item = _item(item_id, using)
@@ -179,6 +180,7 @@ def waiting_on(item_id: str, *, limit: int = 50, using: str = "default") -> Wait
 
 def dependents_of(item_id: str, *, limit: int = 50, using: str = "default") -> Dependents:
     """The items that wait for `item_id` (raises `WorkItemNotFound` for an unknown id)."""
+    using = validation.database_alias(using)
     from ..models import WorkItem
 
     item = _item(item_id, using)

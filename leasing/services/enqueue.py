@@ -209,6 +209,7 @@ def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") 
     by `leasing.services.enqueue_with_rules`; each returned item says whether it
     is a `duplicate`.
     """
+    using = validation.database_alias(using)
     if isinstance(items, Mapping | str | bytes) or not isinstance(items, Iterable):
         raise InvalidInput("items must be an iterable of mappings of enqueue() arguments.")
     specs = list(items)

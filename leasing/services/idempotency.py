@@ -157,6 +157,7 @@ def run_once(
     response: for effects in the same database, the effect and its record
     commit together, so a crash in between can never run it twice.
     """
+    using = validation.database_alias(using)
     key = validate_key(key)
     digest = request_hash(request)
     if not callable(fn):

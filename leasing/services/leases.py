@@ -89,7 +89,7 @@ class LeaseManager:
 
     def __init__(self, worker_id: str, using: str = "default") -> None:
         self.worker_id = validation.non_empty_text("worker_id", worker_id)
-        self.using = using
+        self.using = validation.database_alias(using)
         self.held = HeldLeases()
         self.shape = ClaimShape()
 

@@ -94,6 +94,7 @@ def apply_action(
     shown is told apart too. A changed status, token or heartbeat skips the
     item rather than guessing.
     """
+    using = validation.database_alias(using)
     if action not in Action.choices:
         raise InvalidInput(
             f"Unknown action {action!r}; expected one of {', '.join(Action.choices)}."

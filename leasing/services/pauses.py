@@ -102,6 +102,7 @@ def pause(
     using: str = "default",
 ) -> PauseState:
     """Stop every worker claiming items of this queue or work type (from its next claim)."""
+    using = validation.database_alias(using)
     kind, name = target(queue, work_type)
     by, reason = _who(by, reason)
     d = Dialect(using)
@@ -124,6 +125,7 @@ def resume(
     using: str = "default",
 ) -> PauseState:
     """Let workers claim this queue or work type again."""
+    using = validation.database_alias(using)
     kind, name = target(queue, work_type)
     by, reason = _who(by, reason)
     d = Dialect(using)

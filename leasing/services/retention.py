@@ -69,6 +69,7 @@ def purge_finished_items(
     purge of millions of rows never holds locks for long. Only terminal
     statuses can be purged: a pending or leased item is never deleted here.
     """
+    using = validation.database_alias(using)
     if not isinstance(older_than, timedelta) or older_than.total_seconds() <= 0:
         raise InvalidInput(f"older_than must be a positive timedelta, got {older_than!r}.")
     statuses = list(statuses)

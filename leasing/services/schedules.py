@@ -33,11 +33,20 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
+from .. import validation
 from ..exceptions import InvalidInput
 from ..sql import schedules as sql
 from ..sql.dialect import Dialect
-from ..sql.runner import database_now, is_lock_conflict, load_json, run, run_one, to_datetime
-from ..ticks import RESERVED_PAYLOAD_KEY, Due, ScheduleSpec, Timing, parse_timing
+from ..sql.runner import (
+    database_now,
+    is_infrastructure_error,
+    is_lock_conflict,
+    load_json,
+    run,
+    run_one,
+    to_datetime,
+)
+from ..ticks import ScheduleSpec, Timing, parse_timing, tick_input
 from .enqueue import enqueue
 
 logger = logging.getLogger("leasing.schedules")
@@ -70,14 +79,9 @@ def unique_key(name: str, tick: datetime) -> str:
     return f"schedule:{name}:{tick.astimezone(UTC).isoformat()}"
 
 
-def item_input(name: str, payload: dict[str, Any], missed: str, due: Due) -> dict[str, Any]:
-    """The item's input: the schedule's payload plus `_schedule`, what the tick is."""
-    about: dict[str, Any] = {"name": name, "tick": due.tick.isoformat(), "missed": missed}
-    if missed == "catch_up":
-        about.update(since=due.first.isoformat(), ticks=due.ticks)
-    else:
-        about["skipped"] = due.missed
-    return {**payload, RESERVED_PAYLOAD_KEY: about}
+# The item's input: the schedule's payload plus `_schedule` (one function, shared
+# with the settings' check of the payload's size).
+item_input = tick_input
 
 
 def sync_from_settings(
@@ -92,6 +96,7 @@ def sync_from_settings(
     unchanged one keeps its `next_run_at` and its `enabled` switch. Safe to
     run from several schedulers at once (one upsert per schedule).
     """
+    using = validation.database_alias(using)
     if specs is None:
         from ..conf import get_settings
 
@@ -112,31 +117,57 @@ def sync_from_settings(
 
 
 def run_due(
-    *, using: str = "default", now: datetime | None = None, limit: int = PASS_LIMIT
+    *,
+    using: str = "default",
+    now: datetime | None = None,
+    limit: int = PASS_LIMIT,
+    reported: set[tuple[str, str]] | None = None,
 ) -> list[Fired]:
     """Enqueue one item for each due schedule (see the module docstring).
 
     `now` defaults to the database clock; tests pass a moved clock. A
     schedule that cannot enqueue (its work type lost its handler, its time
-    zone vanished) is logged and retried next pass; the others go on.
+    zone vanished, its payload outgrew MAX_PAYLOAD_BYTES, any error of its
+    own) is logged and retried next pass; the others go on. Only an outage
+    fails the pass. `reported`: the failures a scheduler's earlier passes
+    logged (its loop keeps one set); the same failure again is logged at
+    DEBUG, so a schedule that cannot run is one ERROR line, not one a pass.
     """
+    using = validation.database_alias(using)
     d = Dialect(using)
     now = now or database_now(using)
     fired = []
     for row in run(using, sql.due(d, now, limit)):
         try:
             result = _fire(d, row, now)
-        except InvalidInput as exc:
-            logger.error("schedule %s cannot enqueue its tick: %s", row["name"], exc)
-            continue
-        except DatabaseError as exc:
-            if not is_lock_conflict(exc):
-                raise
-            logger.info("schedule %s: lock conflict, left to the next pass", row["name"])
+        except Exception as exc:
+            if is_lock_conflict(exc):
+                logger.info("schedule %s: lock conflict, left to the next pass", row["name"])
+                continue
+            if is_infrastructure_error(exc):
+                raise  # an outage: the pass changed nothing, the next one retries
+            _log_failure(row["name"], exc, reported)
             continue
         if result is not None:
             fired.append(result)
     return fired
+
+
+def _log_failure(name: str, exc: Exception, reported: set[tuple[str, str]] | None) -> None:
+    """One schedule's tick failed: an ERROR line the first time, DEBUG while it repeats."""
+    text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, InvalidInput) else str(exc)
+    if reported is not None and (name, text) in reported:
+        logger.debug("schedule %s still cannot enqueue its tick: %s", name, text)
+        return
+    if reported is not None:
+        reported.add((name, text))
+    # Our own refusals say all there is; anything else gets its traceback.
+    logger.error(
+        "schedule %s cannot enqueue its tick (retried each pass; the other schedules go on): %s",
+        name,
+        text,
+        exc_info=not isinstance(exc, InvalidInput | DatabaseError),
+    )
 
 
 def _fire(d: Dialect, row: dict[str, Any], now: datetime) -> Fired | None:
@@ -187,6 +218,7 @@ def save_schedule(
     `retime`: start again from the first tick after now (a new timing);
     otherwise `next_run_at` stays, so editing a payload loses no tick.
     """
+    using = validation.database_alias(using)
     d = Dialect(using)
     first_tick = spec.timing.next_after(database_now(using))
     with transaction.atomic(using=using):
@@ -205,6 +237,7 @@ def set_enabled(ids: Iterable[int], enabled: bool, *, using: str = "default") ->
     Switched on, a schedule starts from its first tick after now: the ticks
     it had while off are not owed.
     """
+    using = validation.database_alias(using)
     d = Dialect(using)
     ids = list(ids)
     if not ids:
@@ -233,6 +266,7 @@ def _timing_or_none(row: dict[str, Any]) -> Timing | None:
 
 def delete_schedules(ids: Iterable[int], *, using: str = "default") -> int:
     """Delete admin schedules; settings ones stay. Returns how many went."""
+    using = validation.database_alias(using)
     ids = list(ids)
     if not ids:
         return 0

@@ -95,9 +95,7 @@ class RecoverySweep:
             minimum=1,
             maximum=MAX_BATCH_SIZE,
         )
-        if not isinstance(using, str) or using not in connections:
-            raise InvalidInput(f"using must name a database in settings.DATABASES, got {using!r}.")
-        self.using = using
+        self.using = validation.database_alias(using)
         self.worker_id = (
             processes.new_process_id(WorkerRole.SWEEPER)
             if worker_id is None

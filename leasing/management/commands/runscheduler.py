@@ -107,10 +107,12 @@ class Command(LeasingCommand):
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         logger.info("scheduler running a pass every %gs; SIGTERM or Ctrl-C stops it", interval)
+        # A schedule that cannot enqueue is logged once, not once a pass (run_due).
+        reported: set[tuple[str, str]] = set()
         try:
             while not stop.is_set():
                 try:
-                    self._report(run_due(using=using))
+                    self._report(run_due(using=using, reported=reported))
                 except Exception as exc:
                     if not is_infrastructure_error(exc):
                         raise

@@ -1,0 +1,1 @@
+"""Pages of the documentation site generated from the code (see docs/hooks/leasing_docs.py)."""
