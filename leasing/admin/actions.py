@@ -300,9 +300,7 @@ def apply(
         if result.applied:
             applied.append(result)
             if result.new_status != Action.leaves[action]:  # superseded, say by whom
-                modeladmin.message_user(
-                    request, f"{item_id}: {result.detail}.", messages.WARNING
-                )
+                modeladmin.message_user(request, f"{item_id}: {result.detail}.", messages.WARNING)
         else:
             modeladmin.message_user(request, f"{item_id} {result.detail}.", messages.WARNING)
     if not applied:

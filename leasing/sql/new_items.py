@@ -150,8 +150,7 @@ def copy_postgres(using: str, items: Iterable[NewItem]) -> datetime | None:
 def insert_sqlite(d: Dialect, items: list[NewItem]) -> Statement:
     """SQLite: one multi-row INSERT (at most `SQLITE_ROWS_PER_INSERT` rows)."""
     values = ", ".join(
-        f"(%s, %s, %s, {NEW_STATUS}, %s, 0, 0, %s, %s, %s, %s, {d.now}, {d.now})"
-        for _ in items
+        f"(%s, %s, %s, {NEW_STATUS}, %s, 0, 0, %s, %s, %s, %s, {d.now}, {d.now})" for _ in items
     )
     params: list[Any] = []
     for i in items:
