@@ -115,12 +115,12 @@ def measure(claimable: int, blocked: int, claims: int) -> dict[str, Any]:
 def _explain(connection: Any, transaction: Any, manager: Any) -> dict[str, Any]:
     """EXPLAIN (ANALYZE, BUFFERS) of one claim, rolled back."""
     from leasing.services.terms import claim_terms
-    from leasing.sql import work_items as sql
-    from leasing.sql.dialect import Dialect
+    from leasing.sql.limits import Limits
     from leasing.sql.terms import ClaimFilters
+    from leasing.storage import storage_for
 
-    statement, params = sql.claim(
-        Dialect(), manager.worker_id, 1, claim_terms(300), ClaimFilters(work_types=("bench.noop",))
+    statement, params = storage_for().claim(
+        manager.worker_id, 1, claim_terms(300), ClaimFilters(work_types=("bench.noop",)), Limits()
     )
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", params)

@@ -18,8 +18,6 @@ W004  a heartbeat interval (the default or a work type's) is not below STALE_HEA
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -30,17 +28,13 @@ from .conf import LeasingSettings, read_settings
 from .exceptions import LeasingConfigurationError
 from .handlers import HandlerSpec, registry
 from .setting_entries import SettingProblem
+from .storage import storage_for
 
 POSTGRES_ONLY_FEATURES = (
     "claims serialize on SQLite's single write lock instead of SKIP LOCKED, and idle "
     "workers poll instead of being woken by LISTEN/NOTIFY. That is fine for development "
     "and for a few workers on one host; workers on several hosts need PostgreSQL"
 )
-
-# The busy timeout a SQLite writer waits for the write lock. Claims, renewals,
-# checkpoints and completions of every worker thread queue on that one lock;
-# Python's default (5 s) is too short under a burst of checkpoints.
-SQLITE_MIN_TIMEOUT = 20.0
 
 SQLITE_OPTIONS_SNIPPET = (
     '"OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30, '
@@ -243,36 +237,6 @@ def _leasing_aliases() -> list[str]:
     return [alias for alias in connections if router.allow_migrate_model(alias, WorkItem)]
 
 
-def sqlite_problems(options: Mapping[str, Any]) -> list[str]:
-    """What a SQLite database's OPTIONS lack for concurrent workers (empty: nothing)."""
-    problems = []
-    mode = options.get("transaction_mode")
-    if not isinstance(mode, str) or mode.upper() != "IMMEDIATE":
-        problems.append(
-            'transaction_mode "IMMEDIATE" (a deferred transaction that must upgrade its read '
-            'lock fails at once with "database is locked", whatever the timeout)'
-        )
-    init_command = options.get("init_command") or ""
-    pragmas = re.sub(r"\s+", "", str(init_command)).lower()
-    busy_ms = re.search(r"busy_timeout=(\d+)", pragmas)
-    timeout = options.get("timeout", 5.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        timeout = 0.0
-    if busy_ms is not None:
-        timeout = max(timeout, int(busy_ms.group(1)) / 1000)
-    if timeout < SQLITE_MIN_TIMEOUT:
-        problems.append(
-            f"a busy timeout of at least {SQLITE_MIN_TIMEOUT:g} s (it is {timeout:g} s: writers "
-            "that wait longer for the lock fail)"
-        )
-    if "journal_mode=wal" not in pragmas:
-        problems.append(
-            "WAL journal mode (PRAGMA journal_mode=WAL in init_command: without it every "
-            "reader blocks the writers)"
-        )
-    return problems
-
-
 @checks.register("leasing")
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     # Reads only the configured settings, so it needs no connection and runs
@@ -280,8 +244,12 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     messages: list[checks.CheckMessage] = []
     for alias in _leasing_aliases():
         vendor = connections[alias].vendor
-        if vendor == "sqlite":
-            problems = sqlite_problems(connections[alias].settings_dict.get("OPTIONS") or {})
+        try:
+            storage = storage_for(alias)
+        except LeasingConfigurationError:
+            storage = None  # a database leasing cannot run on: the warning below says so
+        if storage is not None:
+            problems = storage.option_problems()
             if problems:
                 messages.append(
                     checks.Error(
@@ -292,7 +260,7 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                         id="leasing.E004",
                     )
                 )
-        if vendor != "postgresql":
+        if storage is None or not storage.serves_many_hosts:
             messages.append(
                 checks.Warning(
                     f"Database {alias!r} is {vendor}, not PostgreSQL: {POSTGRES_ONLY_FEATURES}.",

@@ -28,8 +28,8 @@ from leasing.services.checkpoints import (
     resume_state,
 )
 from leasing.sql import marks
-from leasing.sql.dialect import Dialect
 from leasing.sql.runner import database_now, run
+from leasing.storage import storage_for
 from leasing.sweep import RecoverySweep
 
 pytestmark = pytest.mark.django_db
@@ -303,7 +303,7 @@ def test_a_new_sweep_carries_on_from_where_the_last_cleanup_began(db):
 
     # A day after the last whole-table cleanup, the next examines every task again.
     full = "checkpoint_full_cleanup:4"
-    run("default", marks.set_mark(Dialect(), full, mark(full) - timedelta(days=1)))
+    run("default", marks.set_mark(storage_for(), full, mark(full) - timedelta(days=1)))
     assert new_sweep_pass() == 2
     assert numbers("seeded-later") == [3, 4, 5, 6]
     assert new_sweep_pass() == 0

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from leasing.checks import SQLITE_OPTIONS_SNIPPET, sqlite_problems
+from leasing.checks import SQLITE_OPTIONS_SNIPPET
+from leasing.storage.sqlite import option_problems as sqlite_problems
 from tests.conftest import ROOT
 
 SAFE = {

@@ -16,9 +16,11 @@ from django.db import connection, transaction
 
 from leasing import LeaseManager, enqueue, enqueue_many, pause
 from leasing.models import WorkItem
-from leasing.sql.candidates import MAX_BRANCHES, locked_candidates, plain_candidates, type_branches
-from leasing.sql.dialect import CLAIM_PLANNER_OFF, Dialect
+from leasing.sql.candidates import MAX_BRANCHES, plain_candidates
 from leasing.sql.terms import ClaimFilters
+from leasing.storage import storage_for
+from leasing.storage.postgres import CLAIM_PLANNER_OFF
+from leasing.storage.postgres.claims import locked_candidates, type_branches
 from tests.plans import work_item_scans
 
 pytestmark = pytest.mark.django_db
@@ -51,10 +53,10 @@ def test_items_of_other_types_or_queues_ahead_in_claim_order_are_not_read(column
     enqueue_many([{"task_id": f"o{i}", **ahead} for i in range(2000)])
     item = enqueue("mine", **{"work_type": "job", column: mine})
     asked = {"work_type": "work_types", "queue_name": "queues"}[column]
-    sql, params = plain_candidates(Dialect(), ClaimFilters(**{asked: (mine,)}), 1)
+    sql, params = plain_candidates(storage_for(), ClaimFilters(**{asked: (mine,)}), 1)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE work_items")
-        for name in CLAIM_PLANNER_OFF:  # the claim's own settings (Dialect.in_claim_order)
+        for name in CLAIM_PLANNER_OFF:  # the claim's own settings (PostgresStorage.in_claim_order)
             cursor.execute(f"SET LOCAL {name} = off")
         cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0][0]["Plan"]
@@ -88,12 +90,12 @@ def test_a_claim_for_several_types_takes_the_first_items_in_claim_order_across_t
     assert [lease.work_item_id for lease in first + second] == expected[:10]
 
 
-def test_claims_filtered_to_a_few_work_types_can_branch_on_postgres_only():
-    d = Dialect()
-    assert type_branches(d, ClaimFilters(work_types=("a", "b"))) == d.is_postgres
+def test_claims_filtered_to_a_few_work_types_can_branch_on_postgres_only(is_postgres):
+    d = storage_for()
+    assert d.branches_by_type(ClaimFilters(work_types=("a", "b"))) == is_postgres
     many = tuple(f"t{i}" for i in range(MAX_BRANCHES + 1))
-    assert not type_branches(d, ClaimFilters(work_types=many))
-    assert not type_branches(d, ClaimFilters(queues=("q",)))
+    assert not d.branches_by_type(ClaimFilters(work_types=many))
+    assert not d.branches_by_type(ClaimFilters(queues=("q",)))
 
 
 def test_a_manager_branches_after_a_short_claim_and_walks_after_a_full_one():
@@ -110,11 +112,11 @@ def test_a_manager_branches_after_a_short_claim_and_walks_after_a_full_one():
 
 
 def _explain_candidates(filters: ClaimFilters, n: int) -> tuple[dict, list[str]]:
-    cte, params = locked_candidates(Dialect(), filters, n, by_type=True)
+    cte, params = locked_candidates(storage_for(), filters, n, by_type=True)
     sql = f"WITH {cte} SELECT work_item_id FROM candidate"
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE work_items")
-        for name in CLAIM_PLANNER_OFF:  # the claim's own settings (Dialect.in_claim_order)
+        for name in CLAIM_PLANNER_OFF:  # the claim's own settings (PostgresStorage.in_claim_order)
             cursor.execute(f"SET LOCAL {name} = off")
         cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
         explained = cursor.fetchone()[0][0]
@@ -163,8 +165,8 @@ def test_a_branched_claim_skips_rows_another_claim_holds(threads):
     enqueue_many([{"task_id": f"i{i}", "work_type": "t.a"} for i in range(6)])
     order = [item.pk for item in sorted(WorkItem.objects.all(), key=_claim_order_key)]
     filters = ClaimFilters(work_types=("t.a", "t.b"))
-    assert type_branches(Dialect(), filters)
-    cte, params = locked_candidates(Dialect(), filters, 3, by_type=True)
+    assert type_branches(filters)
+    cte, params = locked_candidates(storage_for(), filters, 3, by_type=True)
     gate = threading.Barrier(2)
 
     def claim(i: int) -> list[str]:

@@ -19,10 +19,10 @@ import pytest
 from django.db import connection, transaction
 
 from leasing import LeaseManager, enqueue_many
-from leasing.sql import work_items as sql
-from leasing.sql.dialect import CLAIM_PLANNER_OFF, Dialect
 from leasing.sql.limits import Limits
 from leasing.sql.terms import ClaimFilters, LeaseTerms
+from leasing.storage import storage_for
+from leasing.storage.postgres import CLAIM_PLANNER_OFF
 from tests.plans import plan_nodes
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -48,7 +48,7 @@ def enqueue_while_analyzed(count: int) -> None:
 def explain(statement: tuple[str, list]) -> dict:
     text, params = statement
     with transaction.atomic(), connection.cursor() as cursor:
-        for name in CLAIM_PLANNER_OFF:  # the claim's own settings (Dialect.in_claim_order)
+        for name in CLAIM_PLANNER_OFF:  # the claim's own settings (PostgresStorage.in_claim_order)
             cursor.execute(f"SET LOCAL {name} = off")
         body = text.rpartition("jit = off;")[2]  # after in_claim_order's SET LOCALs, if any
         cursor.execute(f"EXPLAIN (FORMAT JSON) {body}", params)
@@ -73,7 +73,9 @@ def test_the_worker_statement_updates_its_rows_by_address_on_statistics_that_cou
     held = manager.acquire_leases(1000, 60)
     assert len(held) == 1000
     done = [(lease.work_item_id, lease.token, None) for lease in held]
-    plan = explain(sql.complete_and_claim(Dialect(), "w1", done, 1000, TERMS, ClaimFilters()))
+    plan = explain(
+        storage_for().complete_and_claim("w1", done, 1000, TERMS, ClaimFilters(), Limits())
+    )
     assert_claimed_by_address(plan)
 
 
@@ -89,8 +91,7 @@ def test_the_worker_statement_updates_its_rows_by_address_on_statistics_that_cou
 def test_every_claim_shape_updates_its_rows_by_address_on_statistics_that_count_no_rows(shape):
     enqueue_while_analyzed(3000)
     filters = shape.get("filters", ClaimFilters())
-    statement = sql.claim(
-        Dialect(),
+    statement = storage_for().claim(
         "w1",
         1000,
         TERMS,

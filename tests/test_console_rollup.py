@@ -30,9 +30,9 @@ from leasing.services.rollups import (
     rollup_mark,
 )
 from leasing.sql import marks
-from leasing.sql.dialect import Dialect
 from leasing.sql.rollups import bucket_of
 from leasing.sql.runner import database_now, run
+from leasing.storage import storage_for
 from tests.test_admin_support import VIEW_ALL, make_user
 from tests.transition_guard import arranging
 
@@ -119,7 +119,7 @@ def test_the_hour_of_the_mark_is_rolled_up_to_it_and_written_again_whole():
     assert rolled_since(hour) == items(hour, mark)
     # The mark a quarter back (a pass that has not run yet): the next pass
     # reads the hour it is in again from its start and counts nothing twice.
-    run("default", marks.set_mark(Dialect(), ROLLUP, mark - QUARTER))
+    run("default", marks.set_mark(storage_for(), ROLLUP, mark - QUARTER))
     again = roll_up_finished_hours(max_hours=24 * 9)
     assert (again.through, again.hours) == (mark, 1)
     assert rolled_since(hour) == items(hour, mark)

@@ -114,7 +114,7 @@ def manager_terms():
 
 
 def filters():
-    from leasing.sql.work_items import ClaimFilters
+    from leasing.sql.terms import ClaimFilters
 
     return ClaimFilters()
 
@@ -443,8 +443,8 @@ def test_completing_an_item_nobody_depends_on_is_one_statement():
 @pytest.mark.postgres
 def test_the_claim_reads_no_blocked_item_however_many_there_are():
     from leasing.sql.candidates import plain_candidates
-    from leasing.sql.dialect import Dialect
     from leasing.sql.terms import ClaimFilters
+    from leasing.storage import storage_for
 
     parent = enqueue("parent", "w", priority=-1)
     # Ahead of the parent in claim order, were they in the claim index.
@@ -454,7 +454,7 @@ def test_the_claim_reads_no_blocked_item_however_many_there_are():
             for i in range(3000)
         ]
     )
-    sql, params = plain_candidates(Dialect(), ClaimFilters(), 1)
+    sql, params = plain_candidates(storage_for(), ClaimFilters(), 1)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE work_items")
         cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
@@ -471,14 +471,14 @@ def test_the_claim_reads_no_blocked_item_however_many_there_are():
 
 def test_the_claim_statement_uses_the_claim_index(is_postgres):
     from leasing.sql.candidates import plain_candidates
-    from leasing.sql.dialect import Dialect
     from leasing.sql.terms import ClaimFilters
+    from leasing.storage import storage_for
 
     parent = enqueue("parent", "w")
     enqueue_many(
         [{"task_id": f"b{i}", "work_type": "w", "depends_on": [parent]} for i in range(50)]
     )
-    sql, params = plain_candidates(Dialect(), ClaimFilters(), 1)
+    sql, params = plain_candidates(storage_for(), ClaimFilters(), 1)
     with connection.cursor() as cursor:
         cursor.execute(("EXPLAIN " if is_postgres else "EXPLAIN QUERY PLAN ") + sql, params)
         plan = " ".join(str(row) for row in cursor.fetchall())

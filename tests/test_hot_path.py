@@ -18,9 +18,9 @@ from leasing import LeaseManager, enqueue, enqueue_many
 from leasing.exceptions import DatabaseUnavailable
 from leasing.models import WorkItem
 from leasing.services.held import Lease, lease_from_row, leases_from_rows
-from leasing.sql.dialect import CLAIM_PLANNER_OFF
 from leasing.sql.runner import run, run_rows
 from leasing.sql.work_items import LEASE_COLUMNS
+from leasing.storage.postgres import CLAIM_PLANNER_OFF
 from leasing.worker import WorkerOptions, WorkerRuntime
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,7 +22,7 @@ from leasing.models import WorkItem
 from leasing.services.completion import complete, complete_and_claim
 from leasing.services.terms import claim_terms
 from leasing.sql.runner import database_now
-from leasing.sql.work_items import ClaimFilters
+from leasing.sql.terms import ClaimFilters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -432,7 +432,7 @@ def test_complete_and_claim_completes_and_claims_in_one_round_trip(make_items):
 
 
 def test_one_claim_gives_each_work_type_its_own_lease_and_deadline():
-    from leasing.sql.work_items import LeaseTerms
+    from leasing.sql.terms import LeaseTerms
 
     enqueue_many(
         [

@@ -19,7 +19,7 @@ from leasing.exceptions import LeasingConfigurationError
 from leasing.services.completion import complete_and_claim
 from leasing.services.terms import claim_terms
 from leasing.sql.limits import Limits
-from leasing.sql.work_items import ClaimFilters
+from leasing.sql.terms import ClaimFilters
 
 pytestmark = pytest.mark.django_db
 

@@ -20,11 +20,9 @@ from django.db import connection, connections, transaction
 from leasing import LeaseManager, enqueue_many
 from leasing.models import WorkItem
 from leasing.services.terms import claim_terms
-from leasing.sql import work_items as sql
-from leasing.sql.dialect import Dialect
-from leasing.sql.limits import Limits, lock_statement
-from leasing.sql.runner import run
-from leasing.sql.work_items import ClaimFilters
+from leasing.sql.limits import Limits
+from leasing.sql.terms import ClaimFilters
+from leasing.storage import storage_for
 from tests.conftest import wait_for
 from tests.workers import start_workers, stop_workers
 
@@ -152,11 +150,10 @@ def test_a_claim_waits_for_a_concurrent_limited_claim_to_commit_and_then_counts_
     def first() -> None:
         try:
             with transaction.atomic():
-                run("default", lock_statement(limits))
-                statement = sql.claim(
-                    Dialect(), "first", 10, claim_terms(None), ClaimFilters(), limits
-                )
-                results["first"] = len(run("default", statement))
+                storage = storage_for()
+                statement = storage.claim("first", 10, claim_terms(None), ClaimFilters(), limits)
+                # The limits' lock is held until this transaction commits.
+                results["first"] = len(storage.run_claim(statement, limits))
                 first_claimed.set()
                 release.wait(timeout=30)
         finally:

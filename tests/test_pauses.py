@@ -12,7 +12,7 @@ from leasing import InvalidInput, LeaseManager, enqueue_many
 from leasing.models import Pause
 from leasing.services.completion import complete_and_claim
 from leasing.services.terms import claim_terms
-from leasing.sql.work_items import ClaimFilters
+from leasing.sql.terms import ClaimFilters
 
 pytestmark = pytest.mark.django_db
 

@@ -8,11 +8,15 @@ from django.db import connection
 from leasing import LeaseManager, enqueue, enqueue_many
 from leasing.exceptions import DatabaseUnavailable
 from leasing.models import Checkpoint, Worker, WorkItem
-from leasing.services import recovery
+from leasing.storage.postgres import PostgresStorage
+from leasing.storage.sqlite import SQLiteStorage
 from tests.conftest import raise_deadlock, row, wait_for
 from tests.recovery_helpers import boundaries, expire, sweep
 
 pytestmark = pytest.mark.django_db
+
+# A batch's recovery, on either database (the tests make it fail).
+STORAGES = (PostgresStorage, SQLiteStorage)
 
 
 def test_a_failing_batch_is_rolled_back_and_its_rows_recovered_one_by_one(db, monkeypatch):
@@ -24,8 +28,8 @@ def test_a_failing_batch_is_rolled_back_and_its_rows_recovered_one_by_one(db, mo
 
     # Fails after the batch's UPDATE and checkpoints, still inside its transaction.
     def flaky(real):
-        def batch(*args):
-            outcome = real(*args)
+        def batch(*args, **kwargs):
+            outcome = real(*args, **kwargs)
             calls["n"] += 1
             if calls["n"] == 1:
                 assert outcome.requeued == 3 and outcome.checkpoints == 3
@@ -34,8 +38,8 @@ def test_a_failing_batch_is_rolled_back_and_its_rows_recovered_one_by_one(db, mo
 
         return batch
 
-    for name in ("_recover_postgres", "_recover_sqlite"):
-        monkeypatch.setattr(recovery, name, flaky(getattr(recovery, name)))
+    for storage in STORAGES:
+        monkeypatch.setattr(storage, "recover", flaky(storage.recover))
 
     stats = s.scan_and_recover()
     # The batch rolled back whole; each row was then recovered on its own.
@@ -57,17 +61,17 @@ def test_a_batch_aborted_by_a_deadlock_runs_again_in_the_same_pass(db, monkeypat
     aborted = []
 
     def deadlock_once(real):
-        def batch(*args):
+        def batch(*args, **kwargs):
             if not aborted:
-                outcome = real(*args)  # its writes roll back with the error
+                outcome = real(*args, **kwargs)  # its writes roll back with the error
                 aborted.append(outcome)
                 raise_deadlock()
-            return real(*args)
+            return real(*args, **kwargs)
 
         return batch
 
-    for name in ("_recover_postgres", "_recover_sqlite"):
-        monkeypatch.setattr(recovery, name, deadlock_once(getattr(recovery, name)))
+    for storage in STORAGES:
+        monkeypatch.setattr(storage, "recover", deadlock_once(storage.recover))
 
     with caplog.at_level("WARNING", logger="leasing.sweep"):
         stats = sweep().scan_and_recover()
@@ -84,11 +88,11 @@ def test_a_batch_that_keeps_deadlocking_is_given_up_for_this_pass(db, monkeypatc
     LeaseManager("w").acquire_lease()
     expire(item.pk)
 
-    def always_deadlocks(*args):
+    def always_deadlocks(*args, **kwargs):
         raise_deadlock()
 
-    for name in ("_recover_postgres", "_recover_sqlite"):
-        monkeypatch.setattr(recovery, name, always_deadlocks)
+    for storage in STORAGES:
+        monkeypatch.setattr(storage, "recover", always_deadlocks)
 
     stats = sweep().scan_and_recover()
     assert (stats.errors, stats.recovered) == (1, 0)

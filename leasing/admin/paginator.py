@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
-from ..console.census import planner_rows
+from ..storage import storage_for
 
 
 class EstimatedCountPaginator(Paginator):
@@ -53,10 +52,11 @@ class EstimatedCountPaginator(Paginator):
         queryset = self.object_list
         if not isinstance(queryset, QuerySet):
             return len(queryset)
-        if connections[queryset.db].vendor != "postgresql":
+        storage = storage_for(queryset.db)
+        if not storage.estimates_rows:
             return queryset.count()
         capped = queryset.order_by().values("pk")[: self.exact_limit + 1].count()
         if capped <= self.exact_limit:
             return capped
         self.is_estimate = True
-        return max(self.exact_limit + 1, planner_rows(queryset))
+        return max(self.exact_limit + 1, storage.estimated_rows(queryset))

@@ -20,17 +20,16 @@ item through it inside one statement.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connections
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Sum
 
 from ..models import WorkItem, WorkItemStatus
+from ..storage import storage_for
 
 # The statuses an item can be in; `expired` is never stored (see above).
 STATUSES: tuple[str, ...] = (
@@ -189,23 +188,13 @@ def status_count(status: str, *, using: str = "default") -> tuple[int, bool]:
     SQLite counts exactly.
     """
     rows = WorkItem.objects.using(using).filter(status=status).order_by()
-    if connections[using].vendor != "postgresql":
+    storage = storage_for(using)
+    if not storage.estimates_rows:
         return rows.count(), False
-    estimate = planner_rows(rows)
+    estimate = storage.estimated_rows(rows)
     if estimate > 2 * EXACT_COUNT_LIMIT:
         return estimate, True
     capped = rows.values("pk")[: EXACT_COUNT_LIMIT + 1].count()
     if capped <= EXACT_COUNT_LIMIT:
         return capped, False
     return max(EXACT_COUNT_LIMIT + 1, estimate), True
-
-
-def planner_rows(queryset: QuerySet[Any]) -> int:
-    """PostgreSQL's estimate of the number of rows a queryset returns."""
-    sql, params = queryset.order_by().query.get_compiler(using=queryset.db).as_sql()
-    with connections[queryset.db].cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str | bytes):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])

@@ -2,7 +2,7 @@
 
 When the console reads from a streaming replica, every figure it shows is as
 old as the replica's last replayed transaction. `replica_lag()` measures that
-on PostgreSQL, on the replica itself:
+on the replica itself (`Storage.replication`, PostgreSQL's streaming replication):
 
 * `seconds`: `now() - pg_last_xact_replay_timestamp()`, or 0 when the replica
   has replayed everything the primary wrote (an idle primary commits nothing,
@@ -20,25 +20,10 @@ and the page says which. Nothing here writes or decides a write.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connections
-
+from ..storage import storage_for
 from .durations import humanize_seconds
-
-# On the replica: recovery state, replay position and its timestamp, receive
-# position, pause state; and the clock, to age the timestamp.
-_REPLICA_SQL = """
-SELECT pg_is_in_recovery(),
-       CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text END,
-       CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()::text END,
-       CASE WHEN pg_is_in_recovery()
-            THEN extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END,
-       CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END
-"""
-# On the primary: where its WAL ends now (NULL when it is itself in recovery).
-_PRIMARY_SQL = "SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,23 +66,17 @@ def parse_lsn(value: str | None) -> int | None:
 
 
 def _primary_lsn(primary: str) -> int | None:
-    """The primary's WAL end, or None when it is not PostgreSQL or does not answer."""
-    if connections[primary].vendor != "postgresql":
-        return None
-    # The replica's figure alone is still worth showing if the primary is down.
-    with contextlib.suppress(DatabaseError), connections[primary].cursor() as cursor:
-        cursor.execute(_PRIMARY_SQL)
-        return parse_lsn(cursor.fetchone()[0])
-    return None
+    """The primary's WAL end, or None when it has none or does not answer (the
+    replica's figure alone is still worth showing if the primary is down)."""
+    return parse_lsn(storage_for(primary).wal_end())
 
 
 def replica_lag(using: str, *, primary: str = "default") -> ReplicaLag:
     """Measure how far `using` (the read database) is behind `primary`."""
-    if connections[using].vendor != "postgresql":
+    replication = storage_for(using).replication()
+    if replication is None:
         return ReplicaLag(using, False, False, None, None, False)
-    with connections[using].cursor() as cursor:
-        cursor.execute(_REPLICA_SQL)
-        in_recovery, replayed, received, age, paused = cursor.fetchone()
+    in_recovery, replayed, received, age, paused = replication
     if not in_recovery:
         return ReplicaLag(using, True, False, 0.0, 0, False)
     replay_lsn = parse_lsn(replayed)
@@ -110,4 +89,4 @@ def replica_lag(using: str, *, primary: str = "default") -> ReplicaLag:
     seconds = None if age is None else max(0.0, float(age))
     if behind == 0:
         seconds = 0.0  # everything written is replayed: the data is current
-    return ReplicaLag(using, True, True, seconds, behind, bool(paused))
+    return ReplicaLag(using, True, True, seconds, behind, paused)

@@ -22,9 +22,9 @@ from ..ids import new_ulid
 from ..sql import checkpoints as sql
 from ..sql import marks
 from ..sql import work_items as work_items_sql
-from ..sql.dialect import Dialect
 from ..sql.runner import run, run_one, to_datetime, translate_db_errors
 from ..states import CheckpointType
+from ..storage import storage_for
 from .held import Lease
 
 if TYPE_CHECKING:
@@ -43,12 +43,10 @@ FULL_CLEANUP_EVERY = timedelta(days=1)
 def lock_task_sequences(using: str, task_ids: Iterable[str]) -> list[str]:
     """Take the checkpoint locks of these tasks in sorted order (inside a transaction).
 
-    Returns that order. SQLite needs no lock: an IMMEDIATE transaction already
-    holds the only write lock.
+    Returns that order (where one writer at a time needs no lock, none is taken).
     """
     ordered = sorted(set(task_ids))
-    if ordered and Dialect(using).is_postgres:
-        run(using, sql.lock_tasks(ordered))
+    storage_for(using).lock_tasks(ordered)
     return ordered
 
 
@@ -99,7 +97,7 @@ def create_checkpoint(
             )
         item_id = lease.work_item_id
 
-    d = Dialect(using)
+    d = storage_for(using)
     checkpoint_id = new_ulid()
     with translate_db_errors(), transaction.atomic(using=using):
         if lease is not None:
@@ -186,15 +184,15 @@ def cleanup_checkpoints(
     Only tasks numbered past `retention` are examined; with `since`, only
     those given such a number at or after that time (the sweep passes the time
     of its previous cleanup, so a pass costs what changed, not the size of the
-    table; see `sql.checkpoints.delete_beyond_retention`). A task's newest
+    table; see `sql.checkpoints.tasks_past_retention`). A task's newest
     checkpoint always survives (retention >= 1), so the next number is never
     a reused one.
     """
     retention = validation.integer("retention", retention, minimum=1)
     since = validation.aware_datetime("since", since)
-    d = Dialect(using)
+    d = storage_for(using)
     with translate_db_errors(), transaction.atomic(using=using):
-        rows = run(using, sql.delete_beyond_retention(d, retention, since))
+        rows = run(using, d.trim_checkpoints(retention, since))
     return len(rows)
 
 
@@ -226,7 +224,7 @@ def cleanup_checkpoints_since_mark(
     retention = validation.integer("retention", retention, minimum=1)
     if validation.aware_datetime("at", at) is None:
         raise InvalidInput("at must be a datetime, got None.")
-    d = Dialect(using)
+    d = storage_for(using)
     last_name, full_name = _mark_names(retention)
     with translate_db_errors():
         found = {
@@ -236,7 +234,7 @@ def cleanup_checkpoints_since_mark(
         whole_table = last_at is None or full_at is None or at - full_at >= FULL_CLEANUP_EVERY
         since = None if whole_table or last_at is None else last_at - CLEANUP_OVERLAP
         with transaction.atomic(using=using):
-            rows = run(using, sql.delete_beyond_retention(d, retention, since))
+            rows = run(using, d.trim_checkpoints(retention, since))
             run(using, marks.advance_mark(d, last_name, at))
             if whole_table:
                 run(using, marks.advance_mark(d, full_name, at))

@@ -17,13 +17,13 @@ from django.db import DatabaseError
 
 from .. import signals
 from ..sql import work_items as sql
-from ..sql.dialect import Dialect
-from ..sql.runner import is_infrastructure_error, run, run_each, run_one
+from ..sql.runner import is_infrastructure_error, run_one
 from ..sql.terms import ClaimFilters, LeaseTerms
+from ..storage import storage_for
 from .dependencies import finish_with_dependents
 from .endings import fail_attempt
 from .held import Lease
-from .leases import LeaseManager, gated_run
+from .leases import LeaseManager
 from .terms import claim_limits
 
 Finished = tuple[Lease, str | None]  # a lease and its handler's output, encoded as JSON
@@ -71,7 +71,7 @@ def _released(manager: LeaseManager, completed: Sequence[Lease]) -> None:
 
 
 def complete(manager: LeaseManager, done: Sequence[Finished]) -> Completion:
-    """Complete held leases with their outputs in one statement (SQLite: one transaction)."""
+    """Complete held leases with their outputs in one statement (or one transaction)."""
     if not done:
         return Completion()
     try:
@@ -84,21 +84,13 @@ def complete(manager: LeaseManager, done: Sequence[Finished]) -> Completion:
 
 
 def _complete_batch(manager: LeaseManager, done: Sequence[Finished]) -> set[tuple[str, int]]:
-    d = Dialect(manager.using)
     rows_of = [(lease.work_item_id, lease.token, output) for lease, output in done]
-    if d.is_postgres:
-        rows = run(manager.using, sql.complete_batch(d, manager.worker_id, rows_of))
-    else:
-        rows = run_each(
-            manager.using,
-            (sql.complete_one(d, manager.worker_id, *row_of) for row_of in rows_of),
-        )
-    return {(row["work_item_id"], row["lease_token"]) for row in rows}
+    return storage_for(manager.using).complete(manager.worker_id, rows_of)
 
 
 def complete_one_by_one(manager: LeaseManager, done: Sequence[Finished]) -> Completion:
     """Complete each lease on its own: one bad row fails only its own item."""
-    d = Dialect(manager.using)
+    d = storage_for(manager.using)
     completed: list[Lease] = []
     lost: list[Lease] = []
     unstorable: list[tuple[Lease, str]] = []
@@ -131,19 +123,20 @@ def complete_and_claim(
     terms: LeaseTerms,
     filters: ClaimFilters,
 ) -> tuple[Completion, list[Lease]]:
-    """Complete finished items and claim up to `n` new ones, in one round trip on PostgreSQL."""
-    d = Dialect(manager.using)
-    if not done or not d.is_postgres:
+    """Complete finished items and claim up to `n` new ones, in one round trip where the
+    storage can (`Storage.completes_while_claiming`)."""
+    d = storage_for(manager.using)
+    if not done or not d.completes_while_claiming:
         completion = complete(manager, done)
         return completion, manager.claim(n, terms, filters)
     rows_of = [(lease.work_item_id, lease.token, output) for lease, output in done]
     limits = claim_limits(filters)
     by_type = manager.shape.by_type(filters)
-    statement = sql.complete_and_claim(
-        d, manager.worker_id, rows_of, n, terms, filters, limits, by_type=by_type
+    statement = d.complete_and_claim(
+        manager.worker_id, rows_of, n, terms, filters, limits, by_type=by_type
     )
     try:
-        rows = gated_run(manager.using, statement, limits)
+        rows = d.run_claim(statement, limits)
     except DatabaseError as exc:
         if is_infrastructure_error(exc):
             raise

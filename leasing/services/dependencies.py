@@ -25,10 +25,9 @@ from django.db.models import Case, Value, When
 from .. import validation
 from ..exceptions import WorkItemNotFound
 from ..sql import dependencies as sql
-from ..sql.dialect import Dialect
-from ..sql.new_items import notify
 from ..sql.runner import Statement, run, run_one
 from ..states import WorkItemStatus
+from ..storage import storage_for
 
 
 def finish_with_dependents(using: str, statement: Statement) -> dict[str, Any] | None:
@@ -64,17 +63,14 @@ def settle(using: str, *, completed: Iterable[str] = (), failed: Iterable[str] =
 
 def release_dependents(using: str, completed: list[str]) -> None:
     """Count completed items off their dependents; wake workers for those now claimable."""
-    d = Dialect(using)
-    if d.is_postgres:
-        run(using, sql.lock_dependents(d, completed))
+    d = storage_for(using)
+    d.lock_dependents(completed)
     rows = run(using, sql.release(d, completed))
-    ready = {
+    d.notify(
         row["queue_name"]
         for row in rows
         if row["status"] == WorkItemStatus.PENDING and row["dependencies_left"] == 0
-    }
-    if ready and d.is_postgres:
-        run(using, notify(ready))
+    )
 
 
 def fail_dependents(using: str, failed: list[str]) -> list[str]:
@@ -83,11 +79,10 @@ def fail_dependents(using: str, failed: list[str]) -> list[str]:
     One statement per level of the graph: each level's rows are locked by the
     statement that failed them before the next one reads their edges.
     """
-    d = Dialect(using)
+    d = storage_for(using)
     level, failed_now = failed, []
     while level:
-        if d.is_postgres:
-            run(using, sql.lock_dependents(d, level))
+        d.lock_dependents(level)
         rows = run(using, sql.fail_step(d, level))
         failed_now += [row["work_item_id"] for row in rows]
         level = sorted(row["work_item_id"] for row in rows if row["has_dependents"])
@@ -99,7 +94,7 @@ def failed_dependencies(using: str, item_id: str) -> list[str]:
 
     Called before the item itself is locked (dependencies before dependents).
     """
-    d = Dialect(using)
+    d = storage_for(using)
     rows = run(using, sql.share_lock_dependencies(d, item_id))
     return [row["work_item_id"] for row in rows if row["status"] == WorkItemStatus.FAILED]
 

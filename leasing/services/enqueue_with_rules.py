@@ -34,12 +34,11 @@ from django.db import connections
 
 from ..exceptions import InvalidInput, LeasingError, UnknownDependency
 from ..sql import dependencies as deps_sql
-from ..sql import new_items as sql
 from ..sql import unique as unique_sql
-from ..sql.dialect import Dialect
 from ..sql.new_items import NewItem, RichRow
 from ..sql.runner import run
 from ..states import DependencyFailure, UniqueScope, WorkItemStatus
+from ..storage import storage_for
 from .enqueue_rules import find_cycle
 
 if TYPE_CHECKING:
@@ -58,7 +57,7 @@ class _Batch:
 
     def __init__(self, using: str, items: list[NewItem]) -> None:
         self.using = using
-        self.d = Dialect(using)
+        self.d = storage_for(using)
         self.items = items
         # A later item with the key and scope of an earlier one is its duplicate.
         self.alias: dict[int, int] = {}
@@ -95,12 +94,9 @@ def insert_with_rules(using: str, items: list[NewItem]) -> list[WorkItem]:
     _find_period_holders(batch)
     _insert_rows(batch)
     states = _settle(batch)
-    if batch.d.is_postgres:
-        ready = [
-            items[i].queue_name for i, (left, failed) in states.items() if not left and not failed
-        ]
-        if ready:
-            run(using, sql.notify(ready))
+    batch.d.notify(
+        items[i].queue_name for i, (left, failed) in states.items() if not left and not failed
+    )
     return _returned(batch)
 
 
@@ -130,8 +126,7 @@ def _find_period_holders(batch: _Batch) -> None:
     }
     if not period:
         return
-    if batch.d.is_postgres:
-        run(batch.using, unique_sql.lock_period_keys(list(period)))
+    batch.d.lock_period_keys(list(period))
     _holders(batch, period, UniqueScope.PERIOD)
 
 
@@ -181,19 +176,7 @@ def _provisional(batch: _Batch, index: int) -> int:
 
 def _insert(batch: _Batch, rows: list[RichRow]) -> set[str]:
     """Insert rows, skipping held keys; the ids of the rows inserted."""
-    d = batch.d
-    if d.is_postgres:
-        statements = [sql.insert_rich_postgres(rows, unique_sql.ON_CONFLICT, batch.columns)]
-    else:
-        statements = [
-            sql.insert_rich_sqlite(
-                d,
-                rows[start : start + sql.SQLITE_RICH_ROWS_PER_INSERT],
-                unique_sql.ON_CONFLICT,
-                batch.columns,
-            )
-            for start in range(0, len(rows), sql.SQLITE_RICH_ROWS_PER_INSERT)
-        ]
+    statements = batch.d.insert_rich(rows, unique_sql.ON_CONFLICT, batch.columns)
     inserted: set[str] = set()
     for statement in statements:
         for row in run(batch.using, statement):

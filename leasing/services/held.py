@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 
 from ..exceptions import LeaseConflictError, LeaseExpiredError, LeaseLostError, WorkItemNotFound
 from ..sql import work_items as sql
-from ..sql.dialect import Dialect
 from ..sql.runner import load_json, run_one, to_datetime
 from ..states import WorkItemStatus
+from ..storage import storage_for
 
 LeaseKey = tuple[str, int]
 
@@ -194,7 +194,7 @@ def refusal(
     using: str, worker_id: str, work_item_id: str, token: int | None, *, renewing: bool
 ) -> Exception:
     """The specific error for a fenced write by `worker_id` that matched no row."""
-    row = run_one(using, sql.lease_state(Dialect(using), work_item_id))
+    row = run_one(using, sql.lease_state(storage_for(using), work_item_id))
     if row is None:
         return WorkItemNotFound(work_item_id)
     status, holder, current = row["status"], row["lease_holder"], row["lease_token"]

@@ -55,9 +55,9 @@ from ..exceptions import (
 )
 from ..sql import idempotency as sql
 from ..sql.checkpoints import lease_fence
-from ..sql.dialect import Dialect
 from ..sql.runner import load_json, run, run_one
 from ..states import IdempotencyStatus
+from ..storage import storage_for
 from .held import Lease
 
 if TYPE_CHECKING:
@@ -259,7 +259,7 @@ class _Claim:
         self.key = spec.key
         self.digest = spec.digest
         self.using = using
-        self.d = Dialect(using)
+        self.d = storage_for(using)
 
     def acquire(self) -> Any:
         """Claim the key: its new claim token (ours), a `_Cached` response, or `_IN_PROGRESS`.
@@ -339,7 +339,7 @@ def delete_expired_keys(*, using: str = "default", batch_size: int = 1000) -> in
     concurrent sweeps skip each other's rows instead of waiting.
     """
     batch_size = validation.integer("batch_size", batch_size, minimum=1)
-    d = Dialect(using)
+    d = storage_for(using)
     total = 0
     while True:
         rows = run(using, sql.delete_expired(d, batch_size))

@@ -23,21 +23,16 @@ from .. import signals, validation
 from ..exceptions import InvalidInput
 from ..sql import renewals, unique
 from ..sql import work_items as sql
-from ..sql.dialect import Dialect
-from ..sql.limits import Limits, lock_statement
-from ..sql.new_items import notify
 from ..sql.renewals import Renewal
 from ..sql.runner import (
     UNIQUE_RACE_ATTEMPTS,
     Statement,
-    run,
-    run_each,
     run_one,
-    run_rows,
     to_datetime,
     translate_db_errors,
 )
 from ..sql.terms import ClaimFilters, LeaseTerms
+from ..storage import storage_for
 from .claim_shape import ClaimShape
 from .dependencies import finish_with_dependents, settle
 from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, leases_from_rows, outcome_from_row
@@ -62,21 +57,6 @@ def rerun_if_raced(using: str, write: Callable[[], dict[str, Any] | None]) -> di
             if not unique.raced(exc) or attempt == UNIQUE_RACE_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def gated_run(using: str, statement: Statement, limits: Limits) -> list[tuple[Any, ...]]:
-    """Run a claim (its rows as tuples); one that may touch a limited key first takes the
-    keys' advisory locks.
-
-    PostgreSQL only: the locks and the claim share one transaction, and the
-    claim's snapshot is taken after the locks are granted (see
-    `leasing.sql.limits`). Without limits, or on SQLite, it is one statement.
-    """
-    if not limits or not Dialect(using).is_postgres:
-        return run_rows(using, statement)
-    with translate_db_errors(), transaction.atomic(using=using):
-        run(using, lock_statement(limits))
-        return run_rows(using, statement)
 
 
 class LeaseManager:
@@ -153,13 +133,13 @@ class LeaseManager:
         """Claim up to `n` items with terms and filters validated by the caller.
 
         Paused queues and work types are skipped, and no configured
-        concurrency limit is exceeded (`gated_run`).
+        concurrency limit is exceeded (`Storage.run_claim`).
         """
-        d = Dialect(self.using)
+        d = storage_for(self.using)
         limits = claim_limits(filters)
         by_type = self.shape.by_type(filters)
-        statement = sql.claim(d, self.worker_id, n, terms, filters, limits, by_type=by_type)
-        leases = self.leases_from_rows(gated_run(self.using, statement, limits))
+        statement = d.claim(self.worker_id, n, terms, filters, limits, by_type=by_type)
+        leases = self.leases_from_rows(d.run_claim(statement, limits))
         self.shape.claimed(filters, n, len(leases))
         return leases
 
@@ -204,7 +184,7 @@ class LeaseManager:
             )
         item_id, held_token = self._key(work_item_id, token)
         statement = renewals.renew_one(
-            Dialect(self.using),
+            storage_for(self.using),
             self.worker_id,
             item_id,
             held_token,
@@ -254,25 +234,14 @@ class LeaseManager:
         moment (its completion being written, a checkpoint) is in neither set:
         it is still held, and the next renewal takes it.
         """
-        d = Dialect(self.using)
+        storage = storage_for(self.using)
         renewed: dict[LeaseKey, datetime | None] = {}
         lost: set[LeaseKey] = set()
         for start in range(0, len(requested), MAX_BATCH):
-            chunk = list(requested[start : start + MAX_BATCH])
-            if d.is_postgres:
-                rows = run(self.using, renewals.renew_batch_postgres(d, self.worker_id, chunk))
-                lost.update((r["work_item_id"], r["lease_token"]) for r in rows if r["lost"])
-                rows = [row for row in rows if not row["lost"]]
-            else:
-                rows = run_each(
-                    self.using, (renewals.renew_lazily(d, self.worker_id, r) for r in chunk)
-                )
-            for row in rows:
-                renewed[(row["work_item_id"], row["lease_token"])] = to_datetime(
-                    row["lease_expires_at"]
-                )
-        if not d.is_postgres:  # one writer at a time: every lease not renewed is lost
-            lost = {(r.work_item_id, r.token) for r in requested} - set(renewed)
+            chunk = requested[start : start + MAX_BATCH]
+            expiries, chunk_lost = storage.renew(self.worker_id, chunk)
+            renewed.update({key: to_datetime(expiry) for key, expiry in expiries.items()})
+            lost |= chunk_lost
         self._renewed(renewed)
         self.held.discard(lost)
         return set(renewed), lost
@@ -337,7 +306,7 @@ class LeaseManager:
 
     def complete_one(self, key: LeaseKey, output_json: str | None) -> ReleaseOutcome:
         """Complete one held lease with its output (already encoded)."""
-        d = Dialect(self.using)
+        d = storage_for(self.using)
         row = run_one(self.using, sql.complete_one(d, self.worker_id, *key, output_json))
         if row is None:  # lost, or something depends on the item
             statement = sql.complete_one(d, self.worker_id, *key, output_json, plain=False)
@@ -348,7 +317,7 @@ class LeaseManager:
         self, key: LeaseKey, *, retry: bool, error: str | None, retry_count: int | None
     ) -> ReleaseOutcome:
         """End a failed attempt: retried after a backoff while retries are left, else failed."""
-        d = Dialect(self.using)
+        d = storage_for(self.using)
         backoff = retry_backoff_seconds(retry_count or 0)
 
         def statement(plain: bool) -> Statement:
@@ -378,7 +347,7 @@ class LeaseManager:
         self, key: LeaseKey, *, interrupted: bool, error: str | None = None
     ) -> ReleaseOutcome:
         """Hand a lease back; `interrupted` counts the attempt in `interruptions`."""
-        d = Dialect(self.using)
+        d = storage_for(self.using)
         statement = sql.requeue(
             d, self.worker_id, *key, interrupted=interrupted, error=error_text(error)
         )
@@ -389,9 +358,9 @@ class LeaseManager:
                 return None
             if row["superseded_by"] and row["has_dependents"]:
                 settle(self.using, failed=[row["work_item_id"]])
-            elif d.is_postgres:
+            elif not row["superseded_by"]:
                 # Another worker can start it now: do not make it wait for a poll.
-                run(self.using, notify([row["queue_name"]]))
+                d.notify([row["queue_name"]])
             return row
 
         return self.outcome(key, rerun_if_raced(self.using, write))

@@ -22,7 +22,6 @@ from .. import signals, validation
 from ..exceptions import InvalidInput, WorkItemNotFound
 from ..sql import operator as sql
 from ..sql import unique
-from ..sql.dialect import Dialect
 from ..sql.runner import (
     UNIQUE_RACE_ATTEMPTS,
     is_infrastructure_error,
@@ -31,6 +30,7 @@ from ..sql.runner import (
     translate_db_errors,
 )
 from ..states import CheckpointType, DependencyFailure, WorkItemStatus
+from ..storage import storage_for
 from .checkpoints import create_checkpoint
 from .dependencies import failed_dependencies, settle
 
@@ -147,7 +147,7 @@ def _apply(
     expected_heartbeat_at: datetime | None,
     using: str,
 ) -> OperatorResult:
-    d = Dialect(using)
+    d = storage_for(using)
     allowed = Action.accepts[action]
     with translate_db_errors(), transaction.atomic(using=using):
         # A retry checks the item's dependencies, locked before the item itself.

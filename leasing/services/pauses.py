@@ -21,10 +21,9 @@ from django.db import transaction
 from .. import validation
 from ..exceptions import InvalidInput
 from ..sql import pauses as sql
-from ..sql.dialect import Dialect
-from ..sql.new_items import notify
-from ..sql.runner import run, run_one, to_datetime, translate_db_errors
+from ..sql.runner import run_one, to_datetime, translate_db_errors
 from ..states import PauseKind
+from ..storage import storage_for
 
 MAX_NAME = 255
 MAX_ACTOR = 150
@@ -105,7 +104,7 @@ def pause(
     using = validation.database_alias(using)
     kind, name = target(queue, work_type)
     by, reason = _who(by, reason)
-    d = Dialect(using)
+    d = storage_for(using)
     with translate_db_errors(), transaction.atomic(using=using):
         row = run_one(using, sql.pause(d, kind, name, by, reason))
         if row is not None:
@@ -128,11 +127,11 @@ def resume(
     using = validation.database_alias(using)
     kind, name = target(queue, work_type)
     by, reason = _who(by, reason)
-    d = Dialect(using)
+    d = storage_for(using)
     with translate_db_errors(), transaction.atomic(using=using):
         row = run_one(using, sql.resume(d, kind, name, by, reason))
-        if row is not None and d.is_postgres and kind == PauseKind.QUEUE:
-            run(using, notify([name]))  # wake the queue's idle workers at commit
+        if row is not None and kind == PauseKind.QUEUE:
+            d.notify([name])  # wake the queue's idle workers at commit
     if row is None:
         return PauseState(kind=kind, name=name, paused=False, changed=False)
     return _state(row, changed=True)

@@ -17,10 +17,10 @@ from typing import Any
 from .. import validation
 from ..exceptions import ProcessIdInUse
 from ..sql import processes as sql
-from ..sql.dialect import Dialect
 from ..sql.processes import SILENT_INTERVALS
 from ..sql.runner import dump_json, run, run_one
 from ..states import WorkerRole, WorkerStatus
+from ..storage import storage_for
 
 
 def new_process_id(role: str = WorkerRole.WORKER) -> str:
@@ -43,7 +43,7 @@ def register(
     """Insert the process's row (or take over a dead one's); `ProcessIdInUse` if it is live."""
     worker_id = validation.non_empty_text("worker_id", worker_id)
     statement = sql.register(
-        Dialect(using),
+        storage_for(using),
         worker_id=worker_id,
         role=role,
         hostname=socket.gethostname()[: validation.MAX_KEY_LENGTH],
@@ -62,7 +62,7 @@ def register(
 
 def beat(worker_id: str, *, completed: int = 0, failed: int = 0, using: str = "default") -> bool:
     """Refresh `last_seen_at` and add to the counters; False if the row is gone or stopped."""
-    return bool(run(using, sql.beat(Dialect(using), worker_id, completed, failed)))
+    return bool(run(using, sql.beat(storage_for(using), worker_id, completed, failed)))
 
 
 def record_scan(
@@ -70,7 +70,7 @@ def record_scan(
 ) -> bool:
     """A sweeper's pass: count it and keep its stats; False if the row is gone."""
     statement = sql.record_scan(
-        Dialect(using), worker_id, dump_json(stats) or "{}", recovered, failed
+        storage_for(using), worker_id, dump_json(stats) or "{}", recovered, failed
     )
     return bool(run(using, statement))
 
@@ -79,7 +79,7 @@ def set_status(worker_id: str, status: str, *, using: str = "default") -> None:
     """Move a process's own row to running, stopping or stopped."""
     if status not in (WorkerStatus.STOPPING, WorkerStatus.STOPPED, WorkerStatus.RUNNING):
         raise ValueError(f"a process sets its own status to running/stopping/stopped, not {status}")
-    run(using, sql.set_status(Dialect(using), worker_id, status))
+    run(using, sql.set_status(storage_for(using), worker_id, status))
 
 
 def mark_lost(default_interval: float, *, using: str = "default") -> list[str]:
@@ -87,5 +87,5 @@ def mark_lost(default_interval: float, *, using: str = "default") -> list[str]:
 
     `default_interval` stands in for rows that recorded no interval of their own.
     """
-    rows = run(using, sql.mark_lost(Dialect(using), default_interval))
+    rows = run(using, sql.mark_lost(storage_for(using), default_interval))
     return [row["worker_id"] for row in rows]

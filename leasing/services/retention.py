@@ -20,9 +20,9 @@ from django.db import transaction
 from .. import validation
 from ..exceptions import InvalidInput
 from ..sql import retention as sql
-from ..sql.dialect import Dialect
 from ..sql.runner import run, run_each, run_one, translate_db_errors
 from ..states import WorkItemStatus
+from ..storage import storage_for
 
 FINISHED = (WorkItemStatus.COMPLETED, WorkItemStatus.FAILED)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -80,7 +80,7 @@ def purge_finished_items(
         )
     batch_size = validation.integer("batch_size", batch_size, minimum=1, maximum=100_000)
     age = validation.positive_seconds("older_than", older_than.total_seconds())
-    d = Dialect(using)
+    d = storage_for(using)
     started = time.monotonic()
     if dry_run:
         row = run_one(using, sql.count_finished(d, statuses, age))

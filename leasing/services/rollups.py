@@ -36,9 +36,8 @@ from django.db import transaction
 from .. import validation
 from ..sql import marks
 from ..sql import rollups as sql
-from ..sql.dialect import Dialect
 from ..sql.runner import database_now, dump_json, run, run_one, to_datetime, translate_db_errors
-from ..states import WorkItemStatus
+from ..storage import storage_for
 
 ROLLUP = "finished_hours"
 GRACE = timedelta(minutes=2)
@@ -99,33 +98,9 @@ def finished_groups(
 
     Buckets are `step` long and aligned to `origin` (by default: hours).
     """
-    d = Dialect(using)
     with translate_db_errors():
-        rows = run(using, sql.finished_rows(d, start, end, step, origin))
-    return _fold(rows if d.is_postgres else _bucketed(rows, step, origin))
-
-
-def _bucketed(
-    items: Iterable[Mapping[str, Any]], step: timedelta, origin: datetime
-) -> Iterable[Mapping[str, Any]]:
-    """SQLite's one row per item, as PostgreSQL's groups (of one item each)."""
-    for item in items:
-        completed_at = to_datetime(item["completed_at"])
-        acquired_at = to_datetime(item["lease_acquired_at"])
-        run_time = None
-        if item["status"] == WorkItemStatus.COMPLETED and acquired_at is not None:
-            run_time = max(0.0, (completed_at - acquired_at).total_seconds())
-        yield {
-            "bucket": origin + (completed_at - origin) // step * step,
-            "quarter": completed_at.minute // 15,
-            "queue_name": item["queue_name"],
-            "work_type": item["work_type"],
-            "status": item["status"],
-            "retry_count": item["retry_count"],
-            "run_bucket": None if run_time is None else sql.bucket_of(run_time),
-            "n": 1,
-            "run_seconds": run_time or 0.0,
-        }
+        rows = storage_for(using).finished_groups(start, end, step, origin)
+    return _fold(rows)
 
 
 def _fold(rows: Iterable[Mapping[str, Any]]) -> list[FinishedGroup]:
@@ -169,7 +144,7 @@ def _fold(rows: Iterable[Mapping[str, Any]]) -> list[FinishedGroup]:
 
 def rolled_groups(start: datetime, end: datetime, *, using: str = "default") -> list[FinishedGroup]:
     """The rollup's groups of the hours in [start, end)."""
-    d = Dialect(using)
+    d = storage_for(using)
     with translate_db_errors():
         rows = run(using, sql.rolled_hours(d, start, end))
     groups = []
@@ -201,7 +176,7 @@ def roll_up_finished_hours(
     replaced: a row always holds its hour up to the mark.
     """
     max_hours = validation.integer("max_hours", max_hours, minimum=1, maximum=24 * 366)
-    d = Dialect(using)
+    d = storage_for(using)
     with translate_db_errors(), transaction.atomic(using=using):
         now = database_now(using)
         run(using, marks.ensure_mark(ROLLUP))

@@ -29,14 +29,13 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, transaction
 
 from .. import validation
 from ..exceptions import InvalidInput
 from ..sql import schedules as sql
-from ..sql.dialect import Dialect
 from ..sql.runner import (
     database_now,
     is_infrastructure_error,
@@ -46,8 +45,13 @@ from ..sql.runner import (
     run_one,
     to_datetime,
 )
+from ..storage import storage_for
 from ..ticks import ScheduleSpec, Timing, parse_timing, tick_input
 from .enqueue import enqueue
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 logger = logging.getLogger("leasing.schedules")
 
@@ -102,7 +106,7 @@ def sync_from_settings(
 
         specs = get_settings().schedules.values()
     specs = list(specs)
-    d = Dialect(using)
+    d = storage_for(using)
     now = now or database_now(using)
     written = []
     with transaction.atomic(using=using):
@@ -134,7 +138,7 @@ def run_due(
     DEBUG, so a schedule that cannot run is one ERROR line, not one a pass.
     """
     using = validation.database_alias(using)
-    d = Dialect(using)
+    d = storage_for(using)
     now = now or database_now(using)
     fired = []
     for row in run(using, sql.due(d, now, limit)):
@@ -170,7 +174,7 @@ def _log_failure(name: str, exc: Exception, reported: set[tuple[str, str]] | Non
     )
 
 
-def _fire(d: Dialect, row: dict[str, Any], now: datetime) -> Fired | None:
+def _fire(d: Storage, row: dict[str, Any], now: datetime) -> Fired | None:
     using = d.using
     timing = parse_timing(row["cron"] or None, row["every"], row["timezone"])
     expected = to_datetime(row["next_run_at"])
@@ -219,7 +223,7 @@ def save_schedule(
     otherwise `next_run_at` stays, so editing a payload loses no tick.
     """
     using = validation.database_alias(using)
-    d = Dialect(using)
+    d = storage_for(using)
     first_tick = spec.timing.next_after(database_now(using))
     with transaction.atomic(using=using):
         if pk is None:
@@ -238,7 +242,7 @@ def set_enabled(ids: Iterable[int], enabled: bool, *, using: str = "default") ->
     it had while off are not owed.
     """
     using = validation.database_alias(using)
-    d = Dialect(using)
+    d = storage_for(using)
     ids = list(ids)
     if not ids:
         return 0
@@ -271,4 +275,4 @@ def delete_schedules(ids: Iterable[int], *, using: str = "default") -> int:
     if not ids:
         return 0
     with transaction.atomic(using=using):
-        return len(run(using, sql.delete(Dialect(using), ids)))
+        return len(run(using, sql.delete(storage_for(using), ids)))

@@ -29,22 +29,24 @@ branches after a claim that came back short, the walk after a full one).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..states import WorkItemStatus
-from .dialect import Dialect
 from .limits import AVAILABLE_AT, CLAIM_ORDER
-from .pauses import ACTIVE_KEYS, WORK_TYPE, not_paused
+from .pauses import not_paused
 from .runner import Statement
 from .terms import ClaimFilters
 
 PENDING = f"'{WorkItemStatus.PENDING.value}'"
 
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 # The most work types a claim reads one branch each for.
 MAX_BRANCHES = 64
 
 
-def where(d: Dialect, filters: ClaimFilters, *, skip: tuple[str, ...] = ()) -> Statement:
+def where(d: Storage, filters: ClaimFilters, *, skip: tuple[str, ...] = ()) -> Statement:
     """Which rows a claim may take: pending, available, allowed by its filters, not paused.
 
     `skip`: filters the caller applies itself (a branch's `work_type`).
@@ -61,10 +63,11 @@ def where(d: Dialect, filters: ClaimFilters, *, skip: tuple[str, ...] = ()) -> S
         clause, clause_params = d.in_list(column, list(values))
         clauses.append(f"AND {clause}")
         params += clause_params
-        if d.is_postgres and column != "task_id":
-            clause, clause_params = _range(column, values)
-            clauses.append(f"AND {clause}")
-            params += clause_params
+        if column != "task_id":
+            clause, clause_params = d.claim_range(column, values)
+            if clause:
+                clauses.append(f"AND {clause}")
+                params += clause_params
     sql = f"""
         status = {PENDING} AND dependencies_left = 0 AND {AVAILABLE_AT} <= {d.now}
         {" ".join(clauses)} AND {not_paused(d)}
@@ -72,44 +75,8 @@ def where(d: Dialect, filters: ClaimFilters, *, skip: tuple[str, ...] = ()) -> S
     return sql, params
 
 
-def _range(column: str, values: tuple[str, ...]) -> Statement:
-    """`column BETWEEN` the least and the greatest of `values`, in the database's collation.
-
-    Implied by `column = ANY(values)`, but unlike it usable on a trailing
-    column of the claim index without giving up its order (PostgreSQL 15): a
-    claim filtered to some queues or work types then skips the items of the
-    others outside that range on the index entry, without reading their rows.
-    A worker serving one type or queue, or types that share a prefix, walks
-    only its own items; one serving types spread across the alphabet still
-    reads the rows of those in between.
-    """
-    marks = ", ".join(["%s"] * len(values))
-    return f"{column} BETWEEN LEAST({marks}) AND GREATEST({marks})", [*values, *values]
-
-
-def type_branches(d: Dialect, filters: ClaimFilters) -> bool:
-    """Whether a claim with these filters can read one branch per work type."""
-    types = filters.work_types
-    return d.is_postgres and types is not None and len(types) <= MAX_BRANCHES
-
-
-def locked_candidates(
-    d: Dialect, filters: ClaimFilters, n: int, *, by_type: bool = False
-) -> Statement:
-    """The CTE `candidate(work_item_id, ctid)`: up to `n` claimable rows, locked (PostgreSQL).
-
-    `by_type`: one branch per work type, if the filters allow it. The claim
-    updates the rows by their address (`ctid`): a row this statement locked
-    cannot move.
-    """
-    if by_type and type_branches(d, filters):
-        return _branched(d, filters, n)
-    candidates, params = plain_candidates(d, filters, n, columns="work_item_id, ctid")
-    return f"candidate AS ({candidates} {d.lock_skip_locked()})", params
-
-
 def plain_candidates(
-    d: Dialect, filters: ClaimFilters, n: int, *, columns: str = "work_item_id"
+    d: Storage, filters: ClaimFilters, n: int, *, columns: str = "work_item_id"
 ) -> Statement:
     """The ids (or `columns`) of up to `n` claimable rows in claim order.
 
@@ -122,32 +89,3 @@ def plain_candidates(
         LIMIT %s
     """
     return sql, [*params, n]
-
-
-def _branched(d: Dialect, filters: ClaimFilters, n: int) -> Statement:
-    # A branch's type is written as a range of one, and its order is led by
-    # the type: with `work_type = t` the planner drops the type from the
-    # order (it is constant) and, with its statistics one way, walks the
-    # claim index instead (work_type is its last key, so it reads every
-    # entry). Only the type-led index gives this order without a sort, and
-    # a claim runs with sorts off (`Dialect.in_claim_order`).
-    condition, params = where(d, filters, skip=("work_type",))
-    sql = f"""
-        candidate AS (
-            SELECT c.work_item_id, c.ctid
-            FROM unnest(%s::text[]) AS t(work_type)
-            CROSS JOIN LATERAL (
-                SELECT work_item_id, ctid, priority, {AVAILABLE_AT} AS available_at, created_at
-                FROM work_items
-                WHERE work_items.work_type >= t.work_type
-                  AND work_items.work_type <= t.work_type AND {condition}
-                ORDER BY work_items.work_type, {CLAIM_ORDER}
-                LIMIT %s
-                {d.lock_skip_locked()}
-            ) AS c
-            WHERE NOT ({WORK_TYPE} || ':' || t.work_type = ANY(ARRAY({ACTIVE_KEYS})))
-            ORDER BY c.priority DESC, c.available_at, c.created_at, c.work_item_id
-            LIMIT %s
-        )
-    """
-    return sql, [list(filters.work_types or ()), *params, n, n]

@@ -28,40 +28,34 @@ cycle; a transaction always locks dependencies before their dependents.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import transitions as T
 from ..states import DependencyFailure
-from .dialect import Dialect
 from .runner import Statement
-from .unique import json_list
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 EDGES = "work_item_dependencies"
 FAILURE_PREFIX = "dependency failed: "
 _FAIL = f"'{DependencyFailure.FAIL.value}'"
 
 
-def _ids(d: Dialect, column: str, ids: list[str]) -> Statement:
-    """`column` is one of `ids`, with one parameter whatever their number."""
-    if d.is_postgres:
-        return f"{column} = ANY(%s::text[])", [list(ids)]
-    return f"{column} IN (SELECT value FROM json_each(%s))", [json_list(list(ids))]
-
-
-def lock_items(d: Dialect, ids: list[str]) -> Statement:
+def lock_items(d: Storage, ids: list[str]) -> Statement:
     """The status of each of these items, row-locked in id order until commit (PostgreSQL)."""
-    where, params = _ids(d, "work_item_id", ids)
-    lock = "FOR NO KEY UPDATE" if d.is_postgres else ""
+    where, params = d.one_of("work_item_id", ids)
     sql = f"""
         SELECT work_item_id, status, has_dependents FROM work_items
-        WHERE {where} ORDER BY work_item_id {lock}
+        WHERE {where} ORDER BY work_item_id {d.row_lock("NO KEY UPDATE")}
     """
     return sql, params
 
 
-def mark_has_dependents(d: Dialect, ids: list[str]) -> Statement:
+def mark_has_dependents(d: Storage, ids: list[str]) -> Statement:
     """Flag items that something now depends on (lock them first)."""
-    where, params = _ids(d, "work_item_id", ids)
+    where, params = d.one_of("work_item_id", ids)
     sql = f"""
         UPDATE work_items SET has_dependents = TRUE, updated_at = {d.now}
         WHERE {where} AND NOT has_dependents
@@ -69,30 +63,16 @@ def mark_has_dependents(d: Dialect, ids: list[str]) -> Statement:
     return sql, params
 
 
-def insert_edges(d: Dialect, edges: list[tuple[str, str]]) -> Statement:
+def insert_edges(d: Storage, edges: list[tuple[str, str]]) -> Statement:
     """Insert (dependency, dependent) edges."""
-    if d.is_postgres:
-        sql = f"""
-            INSERT INTO {EDGES} (dependency_id, dependent_id)
-            SELECT * FROM unnest(%s::text[], %s::text[])
-        """
-        return sql, [[a for a, _ in edges], [b for _, b in edges]]
-    sql = f"""
-        INSERT INTO {EDGES} (dependency_id, dependent_id)
-        SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(%s)
-    """
-    return sql, [json_list([list(edge) for edge in edges])]
+    source, params = d.rows_table("e", [("a", "text"), ("b", "text")], edges)
+    sql = f"INSERT INTO {EDGES} (dependency_id, dependent_id) SELECT e.a, e.b FROM {source}"
+    return sql, params
 
 
-def settle_new(d: Dialect, rows: list[tuple[str, int, str | None]]) -> Statement:
+def settle_new(d: Storage, rows: list[tuple[str, int, str | None]]) -> Statement:
     """Set new items' counters, failing those given a message: (id, dependencies_left, message)."""
-    if d.is_postgres:
-        source = "unnest(%s::text[], %s::int[], %s::text[]) AS v(id, n, message)"
-        params: list[Any] = [[r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]]
-    else:
-        source = """(SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS n,
-                            json_extract(value, '$[2]') AS message FROM json_each(%s)) AS v"""
-        params = [json_list([list(r) for r in rows])]
+    source, params = d.rows_table("v", [("id", "text"), ("n", "int"), ("message", "text")], rows)
     sql = f"""
         UPDATE work_items AS w
         SET dependencies_left = v.n,
@@ -106,21 +86,9 @@ def settle_new(d: Dialect, rows: list[tuple[str, int, str | None]]) -> Statement
     return sql, params
 
 
-def lock_dependents(d: Dialect, ids: list[str]) -> Statement:
-    """PostgreSQL: row-lock the dependents of these items, in id order."""
-    where, params = _ids(d, "dependency_id", ids)
-    sql = f"""
-        SELECT work_item_id FROM work_items
-        WHERE work_item_id IN (SELECT dependent_id FROM {EDGES} WHERE {where})
-        ORDER BY work_item_id
-        FOR NO KEY UPDATE
-    """
-    return sql, params
-
-
-def _per_dependent(d: Dialect, ids: list[str]) -> Statement:
+def _per_dependent(d: Storage, ids: list[str]) -> Statement:
     """`c(dependent_id, n, cause)`: dependents of these items, their edges to them, one of them."""
-    where, params = _ids(d, "dependency_id", ids)
+    where, params = d.one_of("dependency_id", ids)
     sql = f"""(
         SELECT dependent_id, count(*) AS n, min(dependency_id) AS cause
         FROM {EDGES} WHERE {where} GROUP BY dependent_id
@@ -128,7 +96,7 @@ def _per_dependent(d: Dialect, ids: list[str]) -> Statement:
     return sql, params
 
 
-def release(d: Dialect, completed: list[str]) -> Statement:
+def release(d: Storage, completed: list[str]) -> Statement:
     """These items completed: count them off their dependents' `dependencies_left`.
 
     Every dependent is counted off, whatever its status, so the counter stays
@@ -146,7 +114,7 @@ def release(d: Dialect, completed: list[str]) -> Statement:
     return sql, params
 
 
-def fail_step(d: Dialect, failed: list[str]) -> Statement:
+def fail_step(d: Storage, failed: list[str]) -> Statement:
     """These items failed for good: fail their pending dependents that chose `fail`.
 
     Returns the items it failed (whose own dependents are the next step).
@@ -164,16 +132,15 @@ def fail_step(d: Dialect, failed: list[str]) -> Statement:
     return sql, [FAILURE_PREFIX, *params]
 
 
-def share_lock_dependencies(d: Dialect, item_id: str) -> Statement:
+def share_lock_dependencies(d: Storage, item_id: str) -> Statement:
     """The dependencies of an item and their status, share-locked in id order (PostgreSQL).
 
     An operator's retry reads them before it locks the item itself: a
     dependency cannot fail between the check and the retry's commit.
     """
-    lock = "FOR SHARE" if d.is_postgres else ""
     sql = f"""
         SELECT work_item_id, status FROM work_items
         WHERE work_item_id IN (SELECT dependency_id FROM {EDGES} WHERE dependent_id = %s)
-        ORDER BY work_item_id {lock}
+        ORDER BY work_item_id {d.row_lock("SHARE")}
     """
     return sql, [item_id]

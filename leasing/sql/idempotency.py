@@ -9,21 +9,24 @@ side effect.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..states import IdempotencyStatus
-from .dialect import Dialect
 from .runner import Statement
 from .work_items import IN_PROGRESS, fence
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 PENDING = f"'{IdempotencyStatus.PENDING.value}'"
 
 
-def _claim_column(d: Dialect, row: str = "") -> str:
+def _claim_column(d: Storage, row: str = "") -> str:
     # SQLite stores the time as text and Django would re-format it when read
     # back; the text itself round-trips exactly.
     column = f"{row}.created_at" if row else "created_at"
-    return column if d.is_postgres else f"CAST({column} AS TEXT)"
+    return d.as_text(column)
 
 
 def _fenced(lease: tuple[str, str, int] | None) -> Statement:
@@ -50,7 +53,7 @@ class KeyClaim:
     lease: tuple[str, str, int] | None
 
 
-def insert_claim(d: Dialect, claim: KeyClaim) -> Statement:
+def insert_claim(d: Storage, claim: KeyClaim) -> Statement:
     """Claim an unused key as `pending`; no row comes back if it exists (or the lease is gone)."""
     fenced, fenced_params = _fenced(claim.lease)
     sql = f"""
@@ -66,7 +69,7 @@ def insert_claim(d: Dialect, claim: KeyClaim) -> Statement:
     return sql, [*params, d.offset(claim.ttl_seconds), *fenced_params]
 
 
-def read(d: Dialect, key: str, default_owner_seconds: float) -> Statement:
+def read(d: Storage, key: str, default_owner_seconds: float) -> Statement:
     """The key's state, and whether the run that holds it `pending` is still alive.
 
     The owner is alive when the key names a work item that is still
@@ -91,7 +94,7 @@ def read(d: Dialect, key: str, default_owner_seconds: float) -> Statement:
     return sql, [d.offset(-default_owner_seconds), key]
 
 
-def take_over(d: Dialect, claim: KeyClaim, seen_status: str, seen_claim: Any) -> Statement:
+def take_over(d: Storage, claim: KeyClaim, seen_status: str, seen_claim: Any) -> Statement:
     """Compare-and-swap the row as it was read into a fresh pending claim."""
     fenced, fenced_params = _fenced(claim.lease)
     sql = f"""
@@ -106,7 +109,7 @@ def take_over(d: Dialect, claim: KeyClaim, seen_status: str, seen_claim: Any) ->
     return sql, [*params, claim.key, seen_status, seen_claim, *fenced_params]
 
 
-def finish(d: Dialect, key: str, claim: Any, status: str, response_json: str | None) -> Statement:
+def finish(d: Storage, key: str, claim: Any, status: str, response_json: str | None) -> Statement:
     """Store the outcome, if the key is still this claim."""
     sql = f"""
         UPDATE idempotency_keys
@@ -117,13 +120,13 @@ def finish(d: Dialect, key: str, claim: Any, status: str, response_json: str | N
     return sql, [status, response_json, key, claim]
 
 
-def delete_expired(d: Dialect, batch_size: int) -> Statement:
+def delete_expired(d: Storage, batch_size: int) -> Statement:
     """Delete up to `batch_size` expired keys (skipping rows another sweep has locked)."""
     sql = f"""
         DELETE FROM idempotency_keys WHERE idempotency_key IN (
             SELECT idempotency_key FROM idempotency_keys
             WHERE expires_at IS NOT NULL AND expires_at <= {d.now}
-            LIMIT %s {d.lock_skip_locked()}
+            LIMIT %s {d.skip_locked()}
         )
         RETURNING idempotency_key
     """

@@ -24,7 +24,7 @@ built differently from the plain claim; every other claim is unchanged.
 On PostgreSQL a count is only as good as the statement's snapshot, so two
 concurrent claimers could each see room for the same slot. Claims of a
 limited key serialize on a transaction-level advisory lock
-(`lock_statement`), taken in a statement of its own before the claim, in the
+(`Storage.run_claim`), taken in a statement of its own before the claim, in the
 same transaction: the claim's snapshot is taken after the lock is granted,
 so it sees every claim committed by the previous holder (READ COMMITTED,
 Django's default). Advisory xact locks work through pgbouncer in
@@ -36,11 +36,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..states import PauseKind, WorkItemStatus
-from .dialect import Dialect
 from .runner import Statement
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
 
 QUEUE = PauseKind.QUEUE.value
 WORK_TYPE = PauseKind.WORK_TYPE.value
@@ -85,23 +87,6 @@ class Limits:
         ]
 
 
-def lock_statement(limits: Limits) -> Statement:
-    """PostgreSQL: the advisory lock of each limited key, in code-point order (no cycles).
-
-    Also switches JIT off for the rest of the transaction (`set_config(...,
-    true)` is SET LOCAL): the limited claim sorts a few rows for its window
-    functions, and with sorts discouraged (`Dialect.in_claim_order`) its cost
-    estimate crosses the JIT thresholds, and compiling costs seconds.
-    """
-    sql = """
-        SELECT set_config('jit', 'off', true) AS jit,
-               count(pg_advisory_xact_lock(hashtextextended('leasing.limit:' || k, 0)))
-                   AS locked
-        FROM (SELECT k FROM unnest(%s::text[]) AS u(k) ORDER BY k COLLATE "C") AS o
-    """
-    return sql, [sorted(set(limits.lock_keys()))]
-
-
 def _room_cte(limits: Limits, *, after_done: bool) -> Statement:
     """Each limited key's room. `after_done`: the statement also completes held items
     (CTE `done`); those still count as in flight in its snapshot, so they are taken off."""
@@ -140,7 +125,7 @@ def _trim(rows: str, kind: str, column: str, order: str) -> str:
 
 
 def limited_candidates(
-    d: Dialect,
+    d: Storage,
     where: str,
     where_params: list[Any],
     n: int,
@@ -150,10 +135,9 @@ def limited_candidates(
 ) -> Statement:
     """CTEs ending in `candidate(work_item_id)` (and `ctid` on PostgreSQL, where the
     rows are locked): what a limited claim takes (see the module)."""
-    lock = f" {d.lock_skip_locked()}" if d.is_postgres else ""
-    address = "ctid, " if d.is_postgres else ""
+    lock = f" {d.skip_locked()}"
     columns = (
-        f"work_item_id, {address}queue_name, work_type, priority, "
+        f"{d.with_address('work_item_id')}, queue_name, work_type, priority, "
         f"{AVAILABLE_AT} AS available_at, created_at"
     )
     order = CLAIM_ORDER.replace(AVAILABLE_AT, "available_at")
@@ -204,7 +188,7 @@ def limited_candidates(
     if limited_queues:
         rows = _trim(rows, QUEUE, "queue_name", order)
     ctes.append(
-        f"candidate AS (SELECT work_item_id{', ctid' if d.is_postgres else ''} "
+        f"candidate AS (SELECT {d.with_address('work_item_id')} "
         f"FROM ({rows}) AS t ORDER BY {order} LIMIT %s)"
     )
     params.append(n)

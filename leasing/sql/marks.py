@@ -8,9 +8,13 @@ retention limit (`leasing.services.checkpoints.cleanup_checkpoints_since_mark`).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from .dialect import Dialect
 from .runner import Statement
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 TABLE = "leasing_rollup_marks"
 
@@ -26,13 +30,13 @@ def read_mark(name: str) -> Statement:
     return f"SELECT through FROM {TABLE} WHERE name = %s", [name]
 
 
-def lock_mark(d: Dialect, name: str) -> Statement:
+def lock_mark(d: Storage, name: str) -> Statement:
     """The mark, locked until the transaction ends (one pass at a time)."""
     sql, params = read_mark(name)
-    return (f"{sql} FOR UPDATE" if d.is_postgres else sql), params
+    return f"{sql} {d.row_lock('UPDATE')}", params
 
 
-def set_mark(d: Dialect, name: str, through: datetime) -> Statement:
+def set_mark(d: Storage, name: str, through: datetime) -> Statement:
     return (
         f"UPDATE {TABLE} SET through = %s WHERE name = %s",
         [d.datetime_param(through), name],
@@ -45,7 +49,7 @@ def read_marks(names: list[str]) -> Statement:
     return f"SELECT name, through FROM {TABLE} WHERE name IN ({placeholders})", list(names)
 
 
-def advance_mark(d: Dialect, name: str, through: datetime) -> Statement:
+def advance_mark(d: Storage, name: str, through: datetime) -> Statement:
     """Create the mark at `through`, or move it there unless it is there or beyond already.
 
     Passes that run at once each advance it to their own time; a mark never

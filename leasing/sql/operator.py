@@ -7,12 +7,17 @@ overwritten. Each takes its status change from `leasing.transitions`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .. import transitions as T
 from ..transitions import quoted
-from .dialect import Dialect
 from .runner import Statement
 from .unique import other_holder, superseded_message
 from .work_items import LEASE_CLEARED
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 FORCE_RELEASE = "force_release"
 FORCE_FAIL = "force_fail"
@@ -25,7 +30,7 @@ TRANSITION = {
 }
 
 
-def lock_item(d: Dialect, item_id: str) -> Statement:
+def lock_item(d: Storage, item_id: str) -> Statement:
     """The item's state and the other holder of its unique key, row-locked until commit
     on PostgreSQL."""
     sql = f"""
@@ -33,12 +38,12 @@ def lock_item(d: Dialect, item_id: str) -> Statement:
                heartbeat_at, retry_count, max_retries, on_dependency_failure,
                {other_holder("work_items")} AS key_holder
         FROM work_items WHERE work_item_id = %s
-        {"FOR NO KEY UPDATE" if d.is_postgres else ""}
+        {d.row_lock("NO KEY UPDATE")}
     """
     return sql, [item_id]
 
 
-def _set(d: Dialect, action: str) -> str:
+def _set(d: Storage, action: str) -> str:
     """What `action` sets besides updated_at; one `%s`, the operator's message."""
     if action == FORCE_RELEASE:
         # Back to pending, unless another item holds its unique key: superseded then.
@@ -54,7 +59,7 @@ def _set(d: Dialect, action: str) -> str:
         completed_at = NULL, error_message = %s"""
 
 
-def transition(d: Dialect, action: str, item_id: str, token: int, message: str) -> Statement:
+def transition(d: Storage, action: str, item_id: str, token: int, message: str) -> Statement:
     """Apply `action` if the item is still in one of its source statuses with `token`.
 
     A retry also requires that no other item holds the item's unique key.

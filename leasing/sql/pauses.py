@@ -19,9 +19,14 @@ the audit trail of every pause and resume.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..states import PauseKind
-from .dialect import Dialect
 from .runner import Statement
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 QUEUE = f"'{PauseKind.QUEUE.value}'"
 WORK_TYPE = f"'{PauseKind.WORK_TYPE.value}'"
@@ -35,19 +40,17 @@ ACTIVE_KEYS = (
 )
 
 
-def not_paused(d: Dialect) -> str:
+def not_paused(d: Storage) -> str:
     """The claim's condition: the candidate's queue and work type are not paused."""
     queue_key = f"{QUEUE} || ':' || work_items.queue_name"
     type_key = f"{WORK_TYPE} || ':' || work_items.work_type"
-    if d.is_postgres:
-        return f"NOT (ARRAY[{queue_key}, {type_key}] && ARRAY({ACTIVE_KEYS}))"
-    return f"({queue_key}) NOT IN ({ACTIVE_KEYS}) AND ({type_key}) NOT IN ({ACTIVE_KEYS})"
+    return d.not_paused(queue_key, type_key, ACTIVE_KEYS)
 
 
 COLUMNS = "id, kind, name, paused_by, reason, paused_at, resumed_by, resume_reason, resumed_at"
 
 
-def pause(d: Dialect, kind: str, name: str, by: str, reason: str) -> Statement:
+def pause(d: Storage, kind: str, name: str, by: str, reason: str) -> Statement:
     """Start a pause unless one is active; returns the new row (none if already paused)."""
     sql = f"""
         INSERT INTO leasing_pauses (kind, name, paused_by, reason, paused_at)
@@ -58,7 +61,7 @@ def pause(d: Dialect, kind: str, name: str, by: str, reason: str) -> Statement:
     return sql, [kind, name, by, reason]
 
 
-def resume(d: Dialect, kind: str, name: str, by: str, reason: str) -> Statement:
+def resume(d: Storage, kind: str, name: str, by: str, reason: str) -> Statement:
     """End the active pause; returns its row (none if it was not paused)."""
     sql = f"""
         UPDATE leasing_pauses

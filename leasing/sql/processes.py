@@ -9,11 +9,14 @@ silent: the sweep marks it `lost`, and the console shows it red.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..states import WorkerStatus
-from .dialect import Dialect
 from .runner import Statement
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 SILENT_INTERVALS = 3
 RUNNING = f"'{WorkerStatus.RUNNING.value}'"
@@ -21,14 +24,14 @@ STOPPING = f"'{WorkerStatus.STOPPING.value}'"
 LOST = f"'{WorkerStatus.LOST.value}'"
 
 
-def silent(d: Dialect, default_interval: float, row: str = "workers") -> Statement:
+def silent(d: Storage, default_interval: float, row: str = "workers") -> Statement:
     """The row's process has not beaten for `SILENT_INTERVALS` of its own intervals."""
     seconds = f"{SILENT_INTERVALS} * COALESCE({row}.heartbeat_interval, %s)"
     return d.older_than(f"{row}.last_seen_at", seconds), [default_interval]
 
 
 def register(
-    d: Dialect,
+    d: Storage,
     *,
     worker_id: str,
     role: str,
@@ -77,7 +80,7 @@ def register(
     return sql, params
 
 
-def beat(d: Dialect, worker_id: str, completed: int, failed: int) -> Statement:
+def beat(d: Storage, worker_id: str, completed: int, failed: int) -> Statement:
     """Refresh `last_seen_at`, add to the counters, and come back from `lost`."""
     sql = f"""
         UPDATE workers
@@ -91,7 +94,7 @@ def beat(d: Dialect, worker_id: str, completed: int, failed: int) -> Statement:
 
 
 def record_scan(
-    d: Dialect, worker_id: str, stats_json: str, recovered: int, failed: int
+    d: Storage, worker_id: str, stats_json: str, recovered: int, failed: int
 ) -> Statement:
     """A sweeper's pass: count it and keep its stats for the console."""
     sql = f"""
@@ -106,7 +109,7 @@ def record_scan(
     return sql, [recovered, failed, stats_json, worker_id]
 
 
-def set_status(d: Dialect, worker_id: str, status: str) -> Statement:
+def set_status(d: Storage, worker_id: str, status: str) -> Statement:
     """A process's own status change; `stopped` also stamps `stopped_at`."""
     stopped = f", stopped_at = {d.now}" if status == WorkerStatus.STOPPED else ""
     return (
@@ -115,7 +118,7 @@ def set_status(d: Dialect, worker_id: str, status: str) -> Statement:
     )
 
 
-def mark_lost(d: Dialect, default_interval: float) -> Statement:
+def mark_lost(d: Storage, default_interval: float) -> Statement:
     """Running or stopping processes that went silent become `lost`."""
     silent_sql, params = silent(d, default_interval)
     sql = f"""

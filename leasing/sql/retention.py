@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .. import transitions as T
-from .dialect import Dialect
 from .runner import Statement
 
+if TYPE_CHECKING:
+    from ..storage.base import Storage
 
-def _finished_before(d: Dialect, statuses: list[str], age_seconds: float) -> Statement:
+
+def _finished_before(d: Storage, statuses: list[str], age_seconds: float) -> Statement:
     status_sql, status_params = d.in_list("status", statuses)
     return (
         f"{status_sql} AND completed_at < {d.clock()}",
@@ -15,20 +19,20 @@ def _finished_before(d: Dialect, statuses: list[str], age_seconds: float) -> Sta
     )
 
 
-def count_finished(d: Dialect, statuses: list[str], age_seconds: float) -> Statement:
+def count_finished(d: Storage, statuses: list[str], age_seconds: float) -> Statement:
     where, params = _finished_before(d, statuses, age_seconds)
     return f"SELECT COUNT(*) AS n FROM work_items WHERE {where}", params
 
 
-def pick_finished(d: Dialect, statuses: list[str], age_seconds: float, limit: int) -> Statement:
+def pick_finished(d: Storage, statuses: list[str], age_seconds: float, limit: int) -> Statement:
     """Up to `limit` finished items older than the age (locked on PostgreSQL)."""
     where, params = _finished_before(d, statuses, age_seconds)
-    lock = d.lock_skip_locked()
+    lock = d.skip_locked()
     sql = f"SELECT work_item_id FROM work_items WHERE {where} LIMIT %s {lock}"
     return sql, [*params, limit]
 
 
-def delete_items(d: Dialect, item_ids: list[str]) -> list[Statement]:
+def delete_items(d: Storage, item_ids: list[str]) -> list[Statement]:
     """Delete these items and what depends on them: their checkpoints and dependency
     edges go, idempotency keys stay (their cached responses outlive the item) and lose the link.
 

@@ -1,10 +1,9 @@
 """Statements of the hourly rollup of finished items (`leasing_finished_hours`).
 
-`finished_rows` reads the items finished in a time range, through
-`work_items_finished_idx` (index-only: it holds every column read here).
-PostgreSQL groups them per hour, pair, status, retry count and run-time
-bucket; SQLite returns the rows, which `leasing.services.rollups` groups the
-same way. The other statements write the rollup; only that service calls
+`Storage.finished_groups` reads the items finished in a time range
+(`finished_range`), through `work_items_finished_idx` (index-only: it holds
+every column read here), grouped per hour, pair, status, retry count and
+run-time bucket. The other statements write the rollup; only that service calls
 them (and keeps the rollup's mark through `leasing.sql.marks`).
 
 Run times go into log-scale buckets: bucket 0 holds runs under
@@ -17,13 +16,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from ..states import WorkItemStatus
-from .dialect import Dialect
 from .runner import Statement
-from .work_items import COMPLETED
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 FIRST_EDGE = 0.001  # seconds
 RATIO = 1.12
@@ -47,7 +48,7 @@ INSERT_CHUNK = 1000
 
 
 def bucket_of(seconds: float) -> int:
-    """The histogram bucket of a run time (the Python twin of `_BUCKET_SQL`)."""
+    """The histogram bucket of a run time (the Python twin of `BUCKET_SQL`)."""
     if seconds < FIRST_EDGE:
         return 0
     return 1 + math.floor(math.log(seconds / FIRST_EDGE) / _LOG_RATIO)
@@ -60,13 +61,13 @@ def bucket_value(bucket: int) -> float:
     return FIRST_EDGE * RATIO ** (bucket - 1) * math.sqrt(RATIO)
 
 
-_BUCKET_SQL = (
+BUCKET_SQL = (
     f"CASE WHEN run IS NULL THEN NULL WHEN run < {FIRST_EDGE} THEN 0 "
     f"ELSE 1 + floor(ln(run / {FIRST_EDGE}) / ln({RATIO}))::int END"
 )
 
 
-def _range(d: Dialect, start: datetime, end: datetime | None) -> Statement:
+def _range(d: Storage, start: datetime, end: datetime | None) -> Statement:
     status_sql, status_params = d.in_list("status", FINISHED)
     sql = f"completed_at >= %s AND {status_sql}"
     params: list[Any] = [d.datetime_param(start), *status_params]
@@ -76,50 +77,18 @@ def _range(d: Dialect, start: datetime, end: datetime | None) -> Statement:
     return sql, params
 
 
-def finished_rows(
-    d: Dialect, start: datetime, end: datetime | None, step: timedelta, origin: datetime
-) -> Statement:
-    """The items finished in [start, end) (no end: up to now), in buckets of `step` from `origin`.
-
-    PostgreSQL: `bucket, quarter, queue_name, work_type, status, retry_count,
-    run_bucket, n, run_seconds` groups (`quarter`: 0-3, the quarter of the
-    hour, which places the items in a local hour of any time zone). SQLite:
-    one row per item, `completed_at, queue_name, work_type, status,
-    retry_count, lease_acquired_at`.
-    """
-    where, params = _range(d, start, end)
-    if not d.is_postgres:
-        sql = f"""
-            SELECT completed_at, queue_name, work_type, status, retry_count, lease_acquired_at
-            FROM work_items WHERE {where}
-        """
-        return sql, params
-    sql = f"""
-        SELECT date_bin(%s, completed_at, %s) AS bucket,
-               floor(extract(epoch FROM completed_at))::bigint %% 3600 / 900 AS quarter,
-               queue_name, work_type, status, retry_count, {_BUCKET_SQL} AS run_bucket,
-               count(*) AS n, coalesce(sum(run), 0) AS run_seconds
-        FROM (SELECT completed_at, queue_name, work_type, status, retry_count,
-                     CASE WHEN status = {COMPLETED} AND lease_acquired_at IS NOT NULL
-                          THEN greatest(
-                              extract(epoch FROM completed_at - lease_acquired_at)::float8, 0)
-                     END AS run
-              FROM work_items WHERE {where}) AS finished
-        GROUP BY 1, 2, 3, 4, 5, 6, 7
-    """
-    return sql, [step, origin, *params]
+def finished_range(d: Storage, start: datetime, end: datetime | None) -> Statement:
+    """The condition: finished in [start, end) (no end: up to now); for
+    `Storage.finished_groups`, which groups the items per bucket."""
+    return _range(d, start, end)
 
 
-def rolled_hours(d: Dialect, start: datetime, end: datetime) -> Statement:
+def rolled_hours(d: Storage, start: datetime, end: datetime) -> Statement:
     """The rollup's rows of [start, end); the three JSON columns as one JSON array text.
 
     One array per row: the reader decodes one document per row instead of three.
     """
-    extras = (
-        "json_build_array(retries, run_histogram, quarters)::text"
-        if d.is_postgres
-        else "json_array(json(retries), json(run_histogram), json(quarters))"
-    )
+    extras = d.json_array_text("retries", "run_histogram", "quarters")
     sql = f"""
         SELECT hour, queue_name, work_type, status, items, timed, run_seconds,
                {extras} AS extras
@@ -128,7 +97,7 @@ def rolled_hours(d: Dialect, start: datetime, end: datetime) -> Statement:
     return sql, [d.datetime_param(start), d.datetime_param(end)]
 
 
-def delete_hours(d: Dialect, start: datetime, end: datetime) -> Statement:
+def delete_hours(d: Storage, start: datetime, end: datetime) -> Statement:
     """The rows of [start, end), before they are written again."""
     return (
         "DELETE FROM leasing_finished_hours WHERE hour >= %s AND hour < %s",
@@ -136,7 +105,7 @@ def delete_hours(d: Dialect, start: datetime, end: datetime) -> Statement:
     )
 
 
-def insert_hours(d: Dialect, rows: Sequence[Sequence[Any]]) -> list[Statement]:
+def insert_hours(d: Storage, rows: Sequence[Sequence[Any]]) -> list[Statement]:
     """Insert rows of `HOUR_COLUMNS` values (JSON columns given as text)."""
     one = "(" + ", ".join(["%s"] * 7 + [d.json()] * 3) + ")"
     statements = []
@@ -151,7 +120,7 @@ def insert_hours(d: Dialect, rows: Sequence[Sequence[Any]]) -> list[Statement]:
     return statements
 
 
-def prune_hours(d: Dialect, before: datetime) -> Statement:
+def prune_hours(d: Storage, before: datetime) -> Statement:
     return (
         "DELETE FROM leasing_finished_hours WHERE hour < %s",
         [d.datetime_param(before)],

@@ -17,13 +17,16 @@ import contextlib
 import json
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils.dateparse import parse_datetime
 
 from ..exceptions import DatabaseUnavailable
-from .dialect import Dialect
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 Statement = tuple[str, list[Any]]
 
@@ -40,7 +43,7 @@ _SQLITE_BUSY = ("database is locked", "database table is locked", "database is b
 
 def run(using: str, statement: Statement) -> list[dict[str, Any]]:
     """Execute one statement and return its rows as dicts."""
-    with _executed(using, statement) as cursor:
+    with _executed(using, statement) as (cursor, _storage):
         # psycopg builds `description` anew on every access: read it once.
         description = cursor.description
         if description is None:
@@ -56,52 +59,24 @@ def run_rows(using: str, statement: Statement) -> list[tuple[Any, ...]]:
     item's claim, and on PostgreSQL the column names are never even built
     (psycopg makes an object per column each time it is asked for them).
     """
-    with _executed(using, statement) as cursor:
+    with _executed(using, statement) as (cursor, storage):
         # Through Django's wrapper, which turns driver errors into Django's
         # (translate_db_errors tells an outage by them).
-        return cursor.fetchall() if _has_rows(cursor) else []
+        return cursor.fetchall() if storage.has_rows(cursor) else []
 
 
 @contextlib.contextmanager
-def _executed(using: str, statement: Statement) -> Iterator[Any]:
+def _executed(using: str, statement: Statement) -> Iterator[tuple[Any, Storage]]:
     """A cursor that has run `statement` and stands on its result set with rows, if any."""
+    from ..storage import storage_for
+
     sql, params = statement
-    connection = connections[using]
-    postgres = connection.vendor == "postgresql"
-    with translate_db_errors(), connection.cursor() as cursor:
-        if postgres:
-            _fast_timestamps(cursor.cursor)
+    storage = storage_for(using)
+    with translate_db_errors(), storage.connection.cursor() as cursor:
+        storage.prepare(cursor)
         cursor.execute(sql, params)
-        if postgres:
-            # A statement with planner settings before it returns several
-            # result sets (Dialect.in_claim_order): its rows are the first
-            # set that has any.
-            while not _has_rows(cursor) and cursor.nextset():
-                pass
-        yield cursor
-
-
-def _has_rows(cursor: Any) -> bool:
-    """The current result set returns rows: what `description` tells, without
-    building it on PostgreSQL (psycopg makes an object per column)."""
-    if cursor.db.vendor != "postgresql":
-        return cursor.description is not None
-    from psycopg import pq
-
-    result = cursor.cursor.pgresult
-    return result is not None and (result.nfields > 0 or result.status == pq.ExecStatus.TUPLES_OK)
-
-
-def _fast_timestamps(cursor: Any) -> None:
-    """Read timestamptz columns with psycopg's own (C) loader on this cursor.
-
-    Django's loader wraps it in Python to pin the time zone, which costs
-    several microseconds a value: a claim returns four per row, the biggest
-    part of a no-op job's client CPU. `to_datetime` takes either aware value.
-    """
-    from psycopg.types.datetime import TimestamptzLoader
-
-    cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
+        storage.next_result_with_rows(cursor)
+        yield cursor, storage
 
 
 def run_each(using: str, statements: Iterable[Statement]) -> list[dict[str, Any]]:
@@ -221,7 +196,9 @@ def to_datetime(value: Any) -> datetime | None:
 
 def database_now(using: str = "default") -> datetime:
     """The database clock, as an aware datetime."""
-    row = run_one(using, (f"SELECT {Dialect(using).now} AS now", []))
+    from ..storage import storage_for
+
+    row = run_one(using, (f"SELECT {storage_for(using).now} AS now", []))
     now = to_datetime(row["now"] if row else None)
     assert now is not None
     return now

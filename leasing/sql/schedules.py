@@ -20,11 +20,14 @@ enqueue a tick twice.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..ticks import ScheduleSpec
-from .dialect import Dialect
 from .runner import Statement, dump_json
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 COLUMNS = (
     "id, name, work_type, cron, every, timezone, payload, queue_name, missed, enabled, "
@@ -33,7 +36,7 @@ COLUMNS = (
 _DEFINITION = ("work_type", "cron", "every", "timezone", "payload", "queue_name", "missed")
 
 
-def _definition(d: Dialect, spec: ScheduleSpec) -> list[Any]:
+def _definition(d: Storage, spec: ScheduleSpec) -> list[Any]:
     timing = spec.timing
     return [
         spec.work_type,
@@ -46,14 +49,14 @@ def _definition(d: Dialect, spec: ScheduleSpec) -> list[Any]:
     ]
 
 
-def _placeholders(d: Dialect) -> str:
+def _placeholders(d: Storage) -> str:
     # payload is the fifth column of _DEFINITION.
     marks = ["%s"] * len(_DEFINITION)
     marks[4] = d.json()
     return ", ".join(marks)
 
 
-def upsert_from_settings(d: Dialect, spec: ScheduleSpec, next_run_at: datetime) -> Statement:
+def upsert_from_settings(d: Storage, spec: ScheduleSpec, next_run_at: datetime) -> Statement:
     """Insert a settings schedule, or rewrite its row if its definition changed.
 
     An unchanged definition (same fingerprint) leaves the row alone, so a
@@ -86,7 +89,7 @@ def upsert_from_settings(d: Dialect, spec: ScheduleSpec, next_run_at: datetime) 
     return sql, params
 
 
-def delete_settings_rows_except(d: Dialect, names: list[str]) -> Statement:
+def delete_settings_rows_except(d: Storage, names: list[str]) -> Statement:
     """Delete the settings schedules no longer in the settings."""
     if not names:
         return "DELETE FROM schedules WHERE from_settings RETURNING name", []
@@ -94,7 +97,7 @@ def delete_settings_rows_except(d: Dialect, names: list[str]) -> Statement:
     return f"DELETE FROM schedules WHERE from_settings AND NOT ({keep}) RETURNING name", params
 
 
-def insert(d: Dialect, spec: ScheduleSpec, enabled: bool, next_run_at: datetime) -> Statement:
+def insert(d: Storage, spec: ScheduleSpec, enabled: bool, next_run_at: datetime) -> Statement:
     """A schedule made in the admin."""
     sql = f"""
         INSERT INTO schedules (name, {", ".join(_DEFINITION)}, enabled, from_settings,
@@ -112,7 +115,7 @@ def insert(d: Dialect, spec: ScheduleSpec, enabled: bool, next_run_at: datetime)
 
 
 def update(
-    d: Dialect, pk: int, spec: ScheduleSpec, enabled: bool, next_run_at: datetime | None
+    d: Storage, pk: int, spec: ScheduleSpec, enabled: bool, next_run_at: datetime | None
 ) -> Statement:
     """Rewrite an admin schedule (never a settings one); None keeps `next_run_at`."""
     marks = _placeholders(d).split(", ")
@@ -130,12 +133,12 @@ def update(
     return sql, [*params, pk]
 
 
-def for_ids(d: Dialect, ids: list[int]) -> Statement:
+def for_ids(d: Storage, ids: list[int]) -> Statement:
     where, params = d.in_list("id", ids)
     return f"SELECT {COLUMNS} FROM schedules WHERE {where} ORDER BY id", params
 
 
-def set_enabled(d: Dialect, pk: int, enabled: bool, next_run_at: datetime | None) -> Statement:
+def set_enabled(d: Storage, pk: int, enabled: bool, next_run_at: datetime | None) -> Statement:
     """Switch one schedule on (from its next tick after now) or off; a no-op if it already is."""
     keep = "next_run_at" if next_run_at is None else "%s"
     params: list[Any] = [enabled]
@@ -149,13 +152,13 @@ def set_enabled(d: Dialect, pk: int, enabled: bool, next_run_at: datetime | None
     return sql, [*params, pk, enabled]
 
 
-def delete(d: Dialect, ids: list[int]) -> Statement:
+def delete(d: Storage, ids: list[int]) -> Statement:
     """Delete admin schedules (settings ones stay: the settings define them)."""
     where, params = d.in_list("id", ids)
     return f"DELETE FROM schedules WHERE {where} AND NOT from_settings RETURNING id", params
 
 
-def due(d: Dialect, now: datetime, limit: int) -> Statement:
+def due(d: Storage, now: datetime, limit: int) -> Statement:
     """Enabled schedules whose next tick is at or before `now`, oldest first."""
     sql = f"""
         SELECT {COLUMNS} FROM schedules
@@ -167,7 +170,7 @@ def due(d: Dialect, now: datetime, limit: int) -> Statement:
 
 
 def advance(
-    d: Dialect, pk: int, expected: datetime, next_run_at: datetime, tick: datetime
+    d: Storage, pk: int, expected: datetime, next_run_at: datetime, tick: datetime
 ) -> Statement:
     """The compare-and-swap that gives a tick to one scheduler (module docstring)."""
     sql = f"""
@@ -184,6 +187,6 @@ def advance(
     ]
 
 
-def record_item(d: Dialect, pk: int, work_item_id: str) -> Statement:
+def record_item(d: Storage, pk: int, work_item_id: str) -> Statement:
     """The item the tick enqueued (in the same transaction as `advance`)."""
     return "UPDATE schedules SET last_work_item_id = %s WHERE id = %s", [work_item_id, pk]

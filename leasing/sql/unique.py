@@ -17,7 +17,7 @@ the model's condition (same terms, same order).
 
 A period cannot be a partial index: "until a time" depends on the clock, and
 an index predicate cannot. On PostgreSQL the enqueue takes a
-transaction-scoped advisory lock on each period key (`lock_period_keys`), in
+transaction-scoped advisory lock on each period key (`Storage.lock_period_keys`), in
 a statement of its own and in sorted order, then looks for a holder and
 inserts only if there is none: two enqueues of one key serialize on the lock,
 and the second one's lookup (a new statement, so a new snapshot) sees the
@@ -28,12 +28,15 @@ the database's only write lock for the same span.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..states import UniqueScope
 from ..transitions import IN_PROGRESS, PENDING, quoted
-from .dialect import Dialect
 from .runner import Statement, is_unique_violation
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
+
 
 _P, _U = f"'{UniqueScope.PENDING.value}'", f"'{UniqueScope.UNFINISHED.value}'"
 PERIOD = f"'{UniqueScope.PERIOD.value}'"
@@ -81,21 +84,7 @@ def superseded_message(holder: str, error: str) -> str:
     )
 
 
-def lock_period_keys(keys: list[str]) -> Statement:
-    """PostgreSQL: take the advisory lock of each period key, in code-point order.
-
-    Released at commit or rollback. Sorted so that two batches that share
-    keys never wait for each other in a cycle.
-    """
-    sql = """
-        SELECT count(pg_advisory_xact_lock(hashtextextended('leasing.unique:' || k, 0)))
-            AS locked
-        FROM (SELECT k FROM unnest(%s::text[]) AS u(k) ORDER BY k COLLATE "C") AS o
-    """
-    return sql, [sorted(set(keys))]
-
-
-def holders(d: Dialect, keys: list[str], scope: str, columns: str) -> Statement:
+def holders(d: Storage, keys: list[str], scope: str, columns: str) -> Statement:
     """The `columns` of the item holding each of these keys of one scope now (a key
     not held: no row).
 
@@ -108,10 +97,7 @@ def holders(d: Dialect, keys: list[str], scope: str, columns: str) -> Statement:
     else:
         held = f"w.unique_scope = %s AND {holding('w')}"
         params = [scope]
-    if d.is_postgres:
-        keys_sql, key_params = "unnest(%s::text[]) AS h(key)", [list(keys)]
-    else:
-        keys_sql, key_params = "(SELECT value AS key FROM json_each(%s)) AS h", [json_list(keys)]
+    keys_sql, key_params = d.keys_table("h", keys)
     sql = f"""
         SELECT {columns} FROM work_items
         WHERE work_item_id IN (

@@ -19,16 +19,17 @@ the deadline, so not even a wedged process can keep a lease forever.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import transitions as T
 from ..transitions import quoted
-from .candidates import locked_candidates, plain_candidates, where
-from .dialect import Dialect
-from .limits import Limits, limited_candidates
-from .runner import Statement, dump_json
-from .terms import ClaimFilters, LeaseTerms
+from .limits import Limits
+from .runner import Statement
+from .terms import LeaseTerms
 from .unique import other_holder, superseded_message
+
+if TYPE_CHECKING:
+    from ..storage.base import Storage
 
 # The statuses as SQL literals, for reads; writes take theirs from `leasing.transitions`.
 PENDING = quoted(T.PENDING)
@@ -66,14 +67,14 @@ def fence(row: str = "", token: str = "%s") -> str:
     return f"{p}lease_holder = %s AND {p}lease_token = {token} AND {p}status = {IN_PROGRESS}"
 
 
-def _returning(row: str, columns: tuple[str, ...] = LEASE_COLUMNS) -> str:
+def returning(row: str, columns: tuple[str, ...] = LEASE_COLUMNS) -> str:
     return ", ".join(f"{row}.{c}" if row else c for c in columns)
 
 
 # --- claims ---------------------------------------------------------------------------
 
 
-def _per_type(d: Dialect, default: float, overrides: Mapping[str, float]) -> Statement:
+def _per_type(d: Storage, default: float, overrides: Mapping[str, float]) -> Statement:
     """The clock plus a per-work-type number of seconds, as one expression."""
     if not overrides:
         return d.clock(), [d.offset(default)]
@@ -82,7 +83,7 @@ def _per_type(d: Dialect, default: float, overrides: Mapping[str, float]) -> Sta
     return f"CASE work_type {whens} ELSE {d.clock()} END", [*params, d.offset(default)]
 
 
-def _claim_set(d: Dialect, holder: str, terms: LeaseTerms) -> Statement:
+def claim_set(d: Storage, holder: str, terms: LeaseTerms) -> Statement:
     expiry_by_type = {
         t: min(terms.duration_for(t), terms.cap_for(t)) for t in {*terms.durations, *terms.caps}
     }
@@ -100,179 +101,34 @@ def _claim_set(d: Dialect, holder: str, terms: LeaseTerms) -> Statement:
     return sql, [holder, *expiry_params, *deadline_params]
 
 
-def claim_ctes(
-    d: Dialect,
-    holder: str,
-    n: int,
-    terms: LeaseTerms,
-    filters: ClaimFilters,
-    limits: Limits = NO_LIMITS,
-    *,
-    after_done: bool = False,
-    by_type: bool = False,
-) -> Statement:
-    """PostgreSQL: CTEs `candidate` and `claimed` (the claimed rows' lease columns).
-
-    The candidates are locked with SKIP LOCKED, so concurrent claimers never
-    pick the same row and never wait for one another. With `limits` the
-    candidates are picked by `leasing.sql.limits` (the caller holds their
-    advisory locks); otherwise by `leasing.sql.candidates` (`by_type`: one
-    branch per work type where it can).
-    """
-    if limits:
-        condition, condition_params = where(d, filters)
-        candidates, candidate_params = limited_candidates(
-            d, condition, condition_params, n, limits, after_done=after_done
-        )
-    else:
-        candidates, candidate_params = locked_candidates(d, filters, n, by_type=by_type)
-    set_sql, set_params = _claim_set(d, holder, terms)
-    # The UPDATE finds the candidates by their address (a row this statement
-    # locked cannot move): a TID scan whatever the statistics say. Joined to
-    # the candidates by id, it was planned from the statistics: after an
-    # autovacuum ANALYZE that ran while a burst was still being enqueued (it
-    # counted 0 rows), the planner took the table for one row, made a walk of
-    # the whole primary key the outer side of a nested loop (4.7 s a claim of
-    # 1,000), and with the ids as an array it walked `work_items_created_idx`.
-    sql = f"""
-        {candidates},
-        claimed AS (
-            UPDATE work_items SET {set_sql}
-            WHERE work_items.ctid = ANY(ARRAY(SELECT ctid FROM candidate))
-            RETURNING {_returning("work_items")}
-        )
-    """
-    return sql, [*candidate_params, *set_params]
-
-
-def claim(
-    d: Dialect,
-    holder: str,
-    n: int,
-    terms: LeaseTerms,
-    filters: ClaimFilters,
-    limits: Limits = NO_LIMITS,
-    *,
-    by_type: bool = False,
-) -> Statement:
-    """Claim up to `n` items in claim order; returns their lease columns.
-
-    Paused queues and work types are skipped; with `limits` (on PostgreSQL
-    run after `leasing.sql.limits.lock_statement`, in one transaction) no
-    limited queue or type goes past its limit.
-    """
-    if d.is_postgres:
-        ctes, params = claim_ctes(d, holder, n, terms, filters, limits, by_type=by_type)
-        sql = f"WITH {ctes} SELECT {', '.join(LEASE_COLUMNS)} FROM claimed"
-        return d.in_claim_order(sql), params
-    # SQLite has one writer at a time; the status re-check makes the UPDATE a
-    # compare-and-swap even if the subquery saw an older row.
-    set_sql, set_params = _claim_set(d, holder, terms)
-    if limits:
-        condition, condition_params = where(d, filters)
-        ctes, candidate_params = limited_candidates(d, condition, condition_params, n, limits)
-        prefix, candidates = f"WITH {ctes}", "SELECT work_item_id FROM candidate"
-        params = [*candidate_params, *set_params]
-    else:
-        candidates, candidate_params = plain_candidates(d, filters, n)
-        prefix, params = "", [*set_params, *candidate_params]
-    sql = f"""
-        {prefix} UPDATE work_items SET {set_sql}
-        WHERE work_item_id IN ({candidates}) AND {T.CLAIM.leaves()}
-        RETURNING {", ".join(LEASE_COLUMNS)}
-    """
-    return sql, params
-
-
 # --- completion ---------------------------------------------------------------------------
 
 
-def _completed_set(d: Dialect, output: str) -> str:
+def completed_set(d: Storage, output: str) -> str:
     return f"""
         {T.COMPLETE.sets()}, output_data = {output}, error_message = NULL,
         {LEASE_CLEARED}, interruptions = 0, completed_at = {d.now}, updated_at = {d.now}
     """
 
 
-def complete_batch_postgres(d: Dialect) -> str:
-    """PostgreSQL: complete held leases given as a JSON list of [id, token, output] and the holder.
-
-    One JSON text, not three arrays: the driver quotes it in C, where it
-    would dump arrays element by element in Python.
-
-    Fenced per row; returns the (id, token) of each item it completed. An
-    item something depends on is left alone (`NOT has_dependents`): its
-    completion must reach its dependents in the same transaction, which
-    `leasing.services.dependencies` does.
-    """
-    return f"""
-        UPDATE work_items AS w SET {_completed_set(d, "v.output::jsonb")}
-        FROM (
-            SELECT e->>0 AS id, (e->>1)::bigint AS token, e->>2 AS output
-            FROM json_array_elements(%s::json) AS e
-        ) AS v
-        WHERE w.work_item_id = v.id AND {fence("w", token="v.token")} AND NOT w.has_dependents
-        RETURNING w.work_item_id, w.lease_token, w.queue_name, w.work_type
-    """
-
-
-def complete_batch(d: Dialect, holder: str, done: list[tuple[str, int, str | None]]) -> Statement:
-    """PostgreSQL: complete many (id, token, output JSON) in one statement."""
-    return complete_batch_postgres(d), [dump_json(done), holder]
-
-
 def complete_one(
-    d: Dialect, holder: str, item_id: str, token: int, output: str | None, *, plain: bool = True
+    d: Storage, holder: str, item_id: str, token: int, output: str | None, *, plain: bool = True
 ) -> Statement:
     """Complete one held lease; `plain`: only if nothing depends on the item."""
     plain_sql = "AND NOT has_dependents" if plain else ""
     sql = f"""
-        UPDATE work_items SET {_completed_set(d, d.json())}
+        UPDATE work_items SET {completed_set(d, d.json())}
         WHERE work_item_id = %s AND {fence()} {plain_sql}
         RETURNING work_item_id, lease_token, status, retry_count, run_after, has_dependents
     """
     return sql, [output, item_id, holder, token]
 
 
-def complete_and_claim(
-    d: Dialect,
-    holder: str,
-    done: list[tuple[str, int, str | None]],
-    n: int,
-    terms: LeaseTerms,
-    filters: ClaimFilters,
-    limits: Limits = NO_LIMITS,
-    *,
-    by_type: bool = False,
-) -> Statement:
-    """PostgreSQL: complete finished items and claim new ones in one statement.
-
-    Both are data-modifying CTEs on disjoint rows (held `in_progress` vs
-    `pending`), so a busy worker pays one round trip per batch. The claim is
-    `claim_ctes`, gates included: the limits' in-flight counts take off the
-    items this statement completes (its snapshot still sees them in flight).
-    """
-    ctes, claim_params = claim_ctes(
-        d, holder, n, terms, filters, limits, after_done=True, by_type=by_type
-    )
-    done_columns = ", ".join(
-        c if c in ("work_item_id", "lease_token") else "NULL" for c in LEASE_COLUMNS
-    )
-    sql = f"""
-        WITH done AS ({complete_batch_postgres(d)}), {ctes}
-        SELECT {", ".join(LEASE_COLUMNS)}, 'claimed' AS kind FROM claimed
-        UNION ALL
-        SELECT {done_columns}, 'done' FROM done
-    """
-    _, done_params = complete_batch(d, holder, done)
-    return d.in_claim_order(sql), [*done_params, *claim_params]
-
-
 # --- the end of a failed attempt, a hand-back ------------------------------------------------
 
 
 def attempt_ended_set(
-    d: Dialect,
+    d: Storage,
     transition: T.Transition,
     *,
     retrying: str,
@@ -321,7 +177,7 @@ def _superseded_by(row: str, retrying: str = "1 = 1") -> str:
 
 
 def end_attempt(
-    d: Dialect,
+    d: Storage,
     holder: str,
     item_id: str,
     token: int,
@@ -356,7 +212,7 @@ def end_attempt(
 
 
 def requeue(
-    d: Dialect, holder: str, item_id: str, token: int, *, interrupted: bool, error: str | None
+    d: Storage, holder: str, item_id: str, token: int, *, interrupted: bool, error: str | None
 ) -> Statement:
     """Give a held item back to `pending` without counting a retry.
 
@@ -386,7 +242,7 @@ def requeue(
 # --- reads that decide a write ---------------------------------------------------------------
 
 
-def lease_state(d: Dialect, item_id: str) -> Statement:
+def lease_state(d: Storage, item_id: str) -> Statement:
     """Why a fenced write matched no row: the item's lease as it is now."""
     sql = f"""
         SELECT status, lease_holder, lease_token,

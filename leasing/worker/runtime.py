@@ -26,9 +26,9 @@ from ..exceptions import DatabaseUnavailable
 from ..services import processes
 from ..services.backlog import due_within
 from ..services.leases import LeaseManager
-from ..sql.dialect import Dialect
 from ..sql.runner import close_connection, is_lock_conflict
 from ..states import WorkerRole, WorkerStatus
+from ..storage import storage_for
 from .dispatcher import Dispatcher
 from .executors import ExecutorPool
 from .leadership import Leadership, claim_key
@@ -139,7 +139,7 @@ class WorkerRuntime:
         )
         self.pool.start()
         self.renewer.start()
-        if c.listen_database is not None and Dialect(c.using).is_postgres:
+        if c.listen_database is not None and storage_for(c.using).can_listen:
             self.leadership = Leadership(claim_key(c.filters), self._has_room)
             self.listener = NotifyListener(
                 c.listen_database, c.filters.queues, self._on_notify, self.leadership

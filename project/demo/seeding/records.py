@@ -24,8 +24,8 @@ from leasing.models import (
 from leasing.services.checkpoints import create_checkpoint, lock_task_sequences
 from leasing.services.operations import Action, apply_action
 from leasing.sql import checkpoints as checkpoints_sql
-from leasing.sql.dialect import Dialect
 from leasing.sql.runner import dump_json, run
+from leasing.storage import storage_for
 
 from .scenario import ScenarioError, Summary, text
 
@@ -99,7 +99,7 @@ class Records:
         """The INSERT of `create_checkpoint()`, with a past `created_at`."""
         lock_task_sequences(self.using, [task_id])
         statement = checkpoints_sql.append(
-            Dialect(self.using),
+            storage_for(self.using),
             checkpoint_id=new_ulid(),
             task_id=task_id,
             item_id=item_id,
