@@ -25,6 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # tests/ha builds clusters, a pooler and network namespaces as root: only
 # `make test-ha` (LEASING_HA_TESTS=1) collects it.
 collect_ignore = [] if os.environ.get("LEASING_HA_TESTS") == "1" else ["ha"]
+# tests/faults runs processes on a throwaway cluster under faults for minutes: only
+# `make test-faults` (LEASING_FAULT_TESTS=1) collects it.
+if os.environ.get("LEASING_FAULT_TESTS") != "1":
+    collect_ignore.append("faults")
 # The benchmark smoke run (every scenario at small sizes, 2-5 minutes) has its
 # own target, `make test-bench-smoke` (LEASING_BENCH_SMOKE=1), which CI runs
 # after `make test`; that keeps `make test` under 15 minutes.
