@@ -168,3 +168,49 @@ def test_background_sweep_reconnects_after_its_connection_is_killed(db):
     finally:
         s.stop()
     assert Worker.objects.get(pk=s.worker_id).status == "stopped"
+
+
+def _refuse_updates_of(item_id: str, vendor: str) -> None:
+    """Make the database refuse any change to one row (a row that cannot be recovered)."""
+    with connection.cursor() as cursor:
+        if vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION refuse_row() RETURNS trigger AS $$ BEGIN "
+                "RAISE EXCEPTION 'row refused'; END $$ LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                "CREATE TRIGGER refuse_row BEFORE UPDATE ON work_items FOR EACH ROW "
+                f"WHEN (OLD.work_item_id = '{item_id}') EXECUTE FUNCTION refuse_row()"
+            )
+        else:
+            cursor.execute(
+                "CREATE TRIGGER refuse_row BEFORE UPDATE ON work_items "
+                f"WHEN OLD.work_item_id = '{item_id}' BEGIN SELECT RAISE(ABORT, 'row refused'); END"
+            )
+
+
+def test_one_row_the_database_refuses_is_left_as_it_was_and_the_batch_proceeds(
+    db, vendor, caplog, viewer_client
+):
+    items = enqueue_many([{"task_id": f"t{i}", "work_type": "noop"} for i in range(5)])
+    LeaseManager("w").acquire_leases(5)
+    expire(*[i.pk for i in items])
+    bad = items[2].pk
+    _refuse_updates_of(bad, vendor)
+    s = sweep()
+
+    with caplog.at_level("ERROR", logger="leasing.sweep"):
+        stats = s.scan_and_recover()
+
+    assert (stats.expired_found, stats.recovered, stats.errors) == (5, 4, 1)
+    assert stats.unrecovered == (bad,)
+    assert row(bad)["status"] == "in_progress"  # left as it was
+    assert [row(i.pk)["status"] for i in items if i.pk != bad] == ["pending"] * 4
+    assert f"could not recover {bad}" in caplog.text
+    assert Worker.objects.get(pk=s.worker_id).last_scan_stats["unrecovered"] == [bad]
+    # The console shows it, linked.
+    from tests.test_admin_support import dashboard_url
+
+    page = viewer_client.get(dashboard_url()).content.decode()
+    assert "The last sweep could not recover 1 expired lease" in page
+    assert bad in page

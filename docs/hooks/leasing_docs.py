@@ -10,6 +10,8 @@ A page asks for generated text with a marker line, replaced when it is built:
     <!-- generated: signals -->        leasing/signals.py
     <!-- generated: metrics -->        the families of leasing/metrics.py's collector
     <!-- generated: monitoring-sql --> the monitoring SQL the test suite runs verbatim
+    <!-- generated: transitions -->    the state machine's transitions (leasing/transitions.py)
+    <!-- generated: guards -->         each feature's rule on them (leasing/transitions.py)
     <!-- include: BENCHMARKS.md -->    a repository file, its links rewritten for the site
 
 Django is set up once with the project's settings (project/settings.py), as
@@ -28,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
-from docgen import api, commands, include, settings  # noqa: E402
+from docgen import api, commands, include, machine, settings  # noqa: E402
 from docgen.text import warn  # noqa: E402
 
 _MARKER = re.compile(r"^<!-- (generated|include): ([\w./-]+) -->$", re.MULTILINE)
@@ -53,6 +55,8 @@ GENERATORS: dict[str, Callable[[str], str]] = {
     "signals": lambda page: api.render_signals(),
     "metrics": lambda page: api.render_metrics(),
     "monitoring-sql": lambda page: _monitoring_sql(),
+    "transitions": lambda page: machine.render_transitions(),
+    "guards": lambda page: machine.render_guards(),
 }
 
 

@@ -96,6 +96,8 @@ class SweepHealth:
     threshold_seconds: float
     ok: bool
     message: str
+    # Expired leases the newest pass could not recover (each failed on its own).
+    unrecovered: tuple[str, ...] = ()
 
 
 def sweep_health(*, now: datetime | None = None, using: str = "default") -> SweepHealth:
@@ -130,6 +132,8 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
     else:
         ok = True
         message = f"Last sweep {duration(since)} ago (it runs every {duration(interval)})."
+    stats = (freshest.last_scan_stats if freshest is not None else None) or {}
+    unrecovered = stats.get("unrecovered") or ()
     return SweepHealth(
         sweepers=tuple(sweepers),
         last_scan_at=None if freshest is None else freshest.last_scan_at,
@@ -138,6 +142,7 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
         threshold_seconds=threshold,
         ok=ok,
         message=message,
+        unrecovered=tuple(str(i) for i in unrecovered if isinstance(i, str))[:20],
     )
 
 
