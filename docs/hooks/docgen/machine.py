@@ -39,9 +39,7 @@ def render_guards() -> str:
     order = [t.name for t in TRANSITIONS]
     parts: list[str] = []
     for guard in GUARDS:
-        rows = [
-            (code(name), escape(guard.rules[name])) for name in order if name in guard.rules
-        ]
+        rows = [(code(name), escape(guard.rules[name])) for name in order if name in guard.rules]
         parts.append(
             f"**{escape(guard.feature.replace('_', ' '))}** "
             f"(statuses it cares about: {_statuses(guard.statuses)})\n\n"
