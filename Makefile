@@ -120,7 +120,7 @@ DJANGO60_CI_ARGS = -m "not browser" --ignore=tests/test_demo.py \
 ci-django60:
 	$(MAKE) --no-print-directory test-django60 PYTEST_ARGS='$(DJANGO60_CI_ARGS)'
 
-ci: test test-bench-smoke ci-django60 test-ha
+ci: test docs test-bench-smoke ci-django60 test-ha test-faults-short
 
 # Failover, a transaction pooler, network partitions, a read replica and
 # autovacuum with the shipped per-table settings, on
