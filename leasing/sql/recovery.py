@@ -81,14 +81,18 @@ def superseded(candidates: str) -> str:
 
     Another item holding the key now, else the retried candidate of the same
     key with the lowest id (several expired items of one `pending`-scoped key
-    cannot all return to pending: the first does, the others are superseded by it).
+    cannot all return to pending: the first does, the others are superseded
+    by it). One window over the batch, and nothing for a row without a key.
     """
+    first = (
+        "min(c0.work_item_id) FILTER (WHERE c0.will_retry = 1) "
+        "OVER (PARTITION BY c0.unique_key, c0.unique_scope)"
+    )
     return f"""
-        SELECT c0.*, COALESCE(c0.holder, (
-            SELECT min(s.work_item_id) FROM {candidates} AS s
-            WHERE s.unique_key = c0.unique_key AND s.unique_scope = c0.unique_scope
-              AND s.will_retry = 1 AND s.work_item_id < c0.work_item_id
-        )) AS superseded_by
+        SELECT c0.*,
+               CASE WHEN c0.unique_key IS NOT NULL
+                    THEN COALESCE(c0.holder, NULLIF({first}, c0.work_item_id)) END
+                   AS superseded_by
         FROM {candidates} AS c0
     """
 
