@@ -1,20 +1,20 @@
-"""Heartbeats: keeping leases alive while work runs .
+"""Heartbeats: keeping leases alive while work runs.
 
-Two ways to keep a lease:
+Two policies of one mechanism (`leasing.keeping.LeaseKeeper`):
 
 * `HeartbeatThread` renews one lease on a timer, whatever the handler does
-  (`thread` mode). It works for any code, including code that never reports
-  progress; a worker whose process dies stops renewing, which is what the
-  sweep needs.
-* `Heartbeat` + `LeaseExtender` renew only on proof of work (`beat` mode): the
-  handler calls `beat()` as it makes progress and the extender extends the
+  (the `thread` mode). It works for any code, including code that never
+  reports progress; a worker whose process dies stops renewing, which is what
+  the sweep needs.
+* `Heartbeat` + `LeaseExtender` renew only on proof of work (the `beat` mode):
+  the handler calls `beat()` as it makes progress and the extender extends the
   lease at most once per interval. A handler that is stuck stops beating and
-  its lease runs out, so a stuck worker is recovered and a slow but working
-  one is not.
+  its lease runs out, so a stuck run is recovered and a slow but working one
+  is not.
 
-The worker runtime renews its `thread`-mode leases with one thread per process
-(`leasing.worker.renewer`), in one statement per interval, instead of a thread
-and a connection per item.
+The worker runtime keeps every lease of its process with one keeper on one
+thread (`leasing.worker.renewer`), each lease by its type's mode, in one
+statement per round, instead of a thread and a connection per item.
 """
 
 from __future__ import annotations
@@ -26,19 +26,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from django.db import DatabaseError
-
 from . import validation
 from .conf import get_settings
-from .exceptions import (
-    DatabaseUnavailable,
-    InvalidInput,
-    LeaseConflictError,
-    LeaseExpiredError,
-)
+from .exceptions import InvalidInput
+from .keeping import WORK, KeptLease, LeaseKeeper
 from .services.held import Lease
 from .services.leases import LeaseManager
-from .sql.runner import close_connection
 from .threads import IntervalThread
 
 logger = logging.getLogger(__name__)
@@ -47,12 +40,13 @@ LeaseLostCallback = Callable[[str, BaseException], None]
 
 
 class HeartbeatThread(IntervalThread):
-    """Renew one lease every `interval_seconds` on a daemon thread .
+    """Renew one lease every `interval_seconds` on a daemon thread (the `thread` mode).
 
     The thread uses its own database connection and closes it when it ends.
     On `LeaseExpiredError` / `LeaseConflictError`, or after `max_failures`
     consecutive transient errors, it stops and calls
-    `on_lease_lost(work_item_id, error)`.
+    `on_lease_lost(work_item_id, error)`. The lease is the manager's newest
+    held lease on the item.
     """
 
     def __init__(
@@ -77,43 +71,30 @@ class HeartbeatThread(IntervalThread):
         self.on_lease_lost = on_lease_lost
         self.progress = progress
         self.renewals = 0
-        self.consecutive_failures = 0
         self.lost_error: BaseException | None = None
+        # A renewal every tick, always to now + lease_duration.
+        self._keeper = LeaseKeeper(lease_manager, on_lost=self._lost, max_failures=max_failures)
         super().__init__(
             name=f"heartbeat-{self.work_item_id}", interval=self.interval, using=lease_manager.using
         )
 
-    def tick(self) -> bool:
-        return self._renew_once()
+    @property
+    def consecutive_failures(self) -> int:
+        return self._keeper.consecutive_failures
 
-    def _renew_once(self) -> bool:
+    def tick(self) -> bool:
         """Renew; True when the thread must stop because the lease is lost."""
-        age = self.progress.elapsed() if self.progress and self.progress.beats else None
-        try:
-            self.lease_manager.renew_lease(
-                self.work_item_id, self.lease_duration, progress_age_seconds=age
-            )
-        except (LeaseExpiredError, LeaseConflictError) as exc:
-            self._lose(exc)
+        lease = self.lease_manager.lease_for(self.work_item_id)
+        if lease is None:  # not (or no longer) held by this manager
+            self._lose(self.lease_manager.refusal(self.work_item_id, None, renewing=True))
             return True
-        except (DatabaseUnavailable, DatabaseError) as exc:
-            self.consecutive_failures += 1
-            logger.warning(
-                "heartbeat for %s failed (%d/%d): %s",
-                self.work_item_id,
-                self.consecutive_failures,
-                self.max_failures,
-                exc,
-            )
-            # A broken connection must not be reused for the next attempt.
-            close_connection(self.lease_manager.using)
-            if self.consecutive_failures >= self.max_failures:
-                self._lose(exc)
-                return True
-            return False
-        self.consecutive_failures = 0
-        self.renewals += 1
-        return False
+        kept = KeptLease(lease.key, self.lease_duration, period=0.0, progress=self.progress)
+        renewed, _due = self._keeper.keep([kept])
+        self.renewals += len(renewed)
+        return self.lost_error is not None
+
+    def _lost(self, kept: KeptLease, error: BaseException) -> None:
+        self._lose(error)
 
     def _lose(self, error: BaseException) -> None:
         self.lost_error = error
@@ -216,7 +197,7 @@ class LeaseExtenderConfig:
 
 
 class LeaseExtender:
-    """Extends a lease when its handler beats, at most once per interval .
+    """Extends a lease when its handler beats, at most once per interval (the `beat` mode).
 
         extender = LeaseExtender(LeaseExtenderConfig(interval=60, extension=300))
         with extender.attach(lease, heartbeat):
@@ -224,7 +205,8 @@ class LeaseExtender:
 
     The extension runs in the beating thread (with its connection). A lost
     lease is logged and reported through `on_lease_lost`, never raised into
-    the handler's `beat()`.
+    the handler's `beat()`; a failed extension is tried again at the next
+    beat after the interval.
     """
 
     def __init__(
@@ -239,20 +221,35 @@ class LeaseExtender:
         self.on_lease_lost = on_lease_lost
         self.extensions = 0
         self.lost_error: BaseException | None = None
-        self._lock = threading.Lock()
-        self._last_extension: float | None = None
+        # One extension at a time: a beat while another thread extends skips it.
+        self._extending = threading.Lock()
 
     @contextlib.contextmanager
     def attach(self, lease: Lease, heartbeat: Heartbeat) -> Iterator[LeaseExtender]:
         manager = LeaseManager(lease.worker_id, using=self.using)
-        previous = heartbeat.on_beat
+        keeper = LeaseKeeper(manager, on_lost=self._lost, max_failures=None)
         # The claim itself is the first "extension": the interval runs from now.
-        self._last_extension = time.monotonic()
+        kept = KeptLease(
+            lease.key,
+            self.config.extension,
+            period=self.config.interval,
+            policy=WORK,
+            progress=heartbeat,
+            beats_seen=heartbeat.beats,
+        )
+        previous = heartbeat.on_beat
 
         def on_beat() -> None:
             if previous is not None:
                 previous()
-            self._maybe_extend(manager, lease)
+            if not self.config.enabled or self.lost_error is not None:
+                return
+            if self._extending.acquire(blocking=False):
+                try:
+                    renewed, _due = keeper.keep([kept])
+                    self.extensions += len(renewed)
+                finally:
+                    self._extending.release()
 
         heartbeat.on_beat = on_beat
         try:
@@ -260,34 +257,8 @@ class LeaseExtender:
         finally:
             heartbeat.on_beat = previous
 
-    def _maybe_extend(self, manager: LeaseManager, lease: Lease) -> None:
-        if not self.config.enabled or self.lost_error is not None:
-            return
-        now = time.monotonic()
-        with self._lock:
-            if (
-                self._last_extension is not None
-                and now - self._last_extension < self.config.interval
-            ):
-                return
-            self._last_extension = now
-        try:
-            manager.renew_lease(
-                lease.work_item_id,
-                self.config.extension,
-                token=lease.token,
-                progress_age_seconds=0.0,
-            )
-        except (LeaseExpiredError, LeaseConflictError) as exc:
-            self.lost_error = exc
-            logger.warning("lease on %s lost during extension: %s", lease.work_item_id, exc)
-            if self.on_lease_lost is not None:
-                self.on_lease_lost(lease.work_item_id, exc)
-            return
-        except (DatabaseUnavailable, DatabaseError) as exc:
-            # Transient: the next beat after the interval tries again.
-            logger.warning("lease extension for %s failed: %s", lease.work_item_id, exc)
-            close_connection(self.using)
-            return
-        with self._lock:
-            self.extensions += 1
+    def _lost(self, kept: KeptLease, error: BaseException) -> None:
+        self.lost_error = error
+        logger.warning("lease on %s lost during extension: %s", kept.work_item_id, error)
+        if self.on_lease_lost is not None:
+            self.on_lease_lost(kept.work_item_id, error)

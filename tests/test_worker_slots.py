@@ -114,7 +114,6 @@ def pool_with(func, concurrency: int, outputs: list) -> tuple[ExecutorPool, Slot
         using="default",
         slots=table,
         recorder=None,  # type: ignore[arg-type]  # no run fails here
-        extender_interval=10.0,
         on_output=lambda s, output: outputs.append(s.key[0]),
         on_done=lambda s: None,
         stopping=lambda: False,

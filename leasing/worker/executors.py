@@ -22,7 +22,6 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import validation
 from ..context import WorkContext
-from ..heartbeat import LeaseExtender, LeaseExtenderConfig
 from ..sql.runner import close_connection
 from .outcomes import Recorder
 from .slots import Slot, SlotState, SlotTable
@@ -73,8 +72,6 @@ class ExecutorPool:
         using: str,
         slots: SlotTable,
         recorder: Recorder,
-        extender_interval: float,
-        heartbeat_intervals: dict[str, float] | None = None,
         on_output: Callable[[Slot, str | None], None],
         on_done: Callable[[Slot], None],
         stopping: Callable[[], bool],
@@ -83,8 +80,6 @@ class ExecutorPool:
         self.using = using
         self.slots = slots
         self.recorder = recorder
-        self.extender_interval = extender_interval
-        self.heartbeat_intervals = heartbeat_intervals or {}
         self.on_output = on_output
         self.on_done = on_done
         self.stopping = stopping
@@ -202,22 +197,8 @@ class ExecutorPool:
             self.on_done(slot)
 
     def _call(self, slot: Slot, context: WorkContext) -> object:
-        spec = slot.spec
-        if spec.heartbeat != "beat":
-            return spec.func(context)
-        interval = min(
-            self.extender_interval,
-            self.heartbeat_intervals.get(spec.work_type, slot.lease_duration),
-        )
-        extender = LeaseExtender(
-            LeaseExtenderConfig(
-                interval=min(interval, slot.lease_duration / 2), extension=slot.lease_duration
-            ),
-            using=self.using,
-            on_lease_lost=lambda _id, exc: context.mark_lease_lost(str(exc)),
-        )
-        with extender.attach(slot.lease, slot.heartbeat):
-            return spec.func(context)
+        # Its lease is kept by the process's renewer, by its type's mode.
+        return slot.spec.func(context)
 
     def _check_connection(self, executor: Executor) -> None:
         """Before a handler gets this thread's connection: drop it if the server did."""

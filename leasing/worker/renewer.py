@@ -1,32 +1,36 @@
-"""One thread per worker process renewing the leases it may keep alive.
+"""One thread per worker process keeping the leases of its runs alive.
 
 It ticks at the shortest heartbeat interval of the work types the process
-serves. Each tick it renews, in one statement, the renewable slots whose own
-type's interval is about to run out since their claim or last renewal (a
-lease with more than half its duration left only records the heartbeat: a
-HOT-eligible update), records the handlers' progress as `progress_at`, and
-beats the process's `workers` row. A quick item of a type beating every 30 s
-in a process that also serves a 3 s type is thus written by its claim and its
-completion only, not every 3 s while it waits in the prefetch queue.
+serves, and each tick one `LeaseKeeper` round (`leasing.keeping`) renews, in
+one statement, the runs whose lease is due by its policy:
 
-Leases the database no longer shows as held (expired, past their deadline,
-moved on) are reported through `on_lease_lost`; after `max_failures`
-consecutive failed rounds every lease is reported lost, as the process can no
-longer prove it is alive.
+* a run of a `thread`-mode type, or any run still waiting for an executor:
+  its type's heartbeat interval (at most a quarter of its lease) has passed
+  since its claim or last renewal; a lease with more than half its duration
+  left only records the heartbeat (a HOT-eligible update), so a quick item of
+  a type beating every 30 s in a process that also serves a 3 s type is
+  written by its claim and its completion only;
+* a running `beat`-mode run (proof of work): its handler beat since the last
+  renewal, and that interval (capped by `EXTENDER_INTERVAL`) has passed; a
+  handler that stops beating lets its lease run out.
+
+Each round also beats the process's `workers` row. Leases the database no
+longer shows as held are reported through `on_lease_lost`; after
+`max_failures` consecutive failed rounds every due lease is reported lost, as
+the process can no longer prove it is alive.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import math
 from collections.abc import Callable, Mapping
 
 from django.db import DatabaseError
 
-from ..exceptions import DatabaseUnavailable, LeaseExpiredError
+from ..exceptions import DatabaseUnavailable
+from ..keeping import TIME, WORK, KeptLease, LeaseKeeper
 from ..services.leases import LeaseManager
-from ..sql.renewals import Renewal
-from ..sql.runner import close_connection
 from ..threads import IntervalThread
 from .slots import Slot, SlotState, SlotTable
 
@@ -34,7 +38,7 @@ logger = logging.getLogger("leasing.worker")
 
 
 class LeaseRenewer(IntervalThread):
-    """Renews the renewable slots of a `SlotTable` every `interval_seconds`."""
+    """Keeps the leases of a `SlotTable`'s runs alive, one round every `interval_seconds`."""
 
     def __init__(
         self,
@@ -46,102 +50,67 @@ class LeaseRenewer(IntervalThread):
         on_tick: Callable[[], None] | None = None,
         max_failures: int = 3,
         heartbeat_intervals: Mapping[str, float] | None = None,
+        extender_interval: float = math.inf,
     ) -> None:
         self.manager = manager
         # Each work type's own heartbeat interval; a type not named is renewed every tick.
         self.heartbeat_intervals = heartbeat_intervals or {}
+        self.extender_interval = extender_interval
         self.slots = slots
         self.on_lease_lost = on_lease_lost
         self.on_tick = on_tick
-        self.max_failures = max_failures
-        self.consecutive_failures = 0
-        self.rounds = 0
+        self._by_key: dict[tuple[str, int], Slot] = {}
+        self.keeper = LeaseKeeper(
+            manager, on_lost=self._lost, max_failures=max_failures, renew_below=0.5
+        )
         super().__init__(name="lease-renewer", interval=interval_seconds, using=manager.using)
+
+    @property
+    def rounds(self) -> int:
+        return self.keeper.rounds
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self.keeper.consecutive_failures
 
     def tick(self) -> None:
         self.renew_now()
 
+    def policy(self, slot: Slot) -> KeptLease:
+        """The slot's lease as the keeper sees it now: proof of work while a `beat`-mode
+        handler runs, time-based otherwise (a handler that has not started cannot beat)."""
+        kept = slot.kept
+        interval = self.heartbeat_intervals.get(slot.lease.work_type, self.interval)
+        kept.period = min(interval, slot.lease_duration / 4)
+        if slot.state is SlotState.RUNNING and slot.spec.heartbeat == "beat":
+            kept.policy = WORK
+            kept.period = min(kept.period, self.extender_interval)
+        else:
+            kept.policy = TIME
+        return kept
+
     def tracked(self) -> list[Slot]:
-        """The slots this renewer keeps alive: running beat-mode ones extend themselves."""
-        return [
-            slot
-            for slot in self.slots.renewable()
-            if not (slot.state is SlotState.RUNNING and slot.spec.heartbeat == "beat")
-        ]
+        """The runs whose leases this renewer keeps (not those whose executor died)."""
+        return self.slots.renewable()
 
     def due(self, slot: Slot, now: float) -> bool:
-        """Whether waiting for the next tick would leave the slot unrenewed past its period.
-
-        The period is its type's heartbeat interval, and at most a quarter of
-        its lease: a renewal that only records the heartbeat leaves at least
-        half the lease, so the next one comes with a quarter of it to spare.
-        """
-        interval = self.heartbeat_intervals.get(slot.lease.work_type, self.interval)
-        period = min(interval, slot.lease_duration / 4)
-        return now - slot.renewed_at >= period - self.interval
+        """Whether the slot's lease is renewed by a round at `now`."""
+        return self.keeper.due(self.policy(slot), now, slack=self.interval)
 
     def renew_now(self) -> None:
         """One renewal round (also called directly by tests)."""
-        now = time.monotonic()
-        tracked = [slot for slot in self.tracked() if self.due(slot, now)]
-        renewals = [
-            Renewal(
-                slot.lease.work_item_id,
-                slot.lease.token,
-                slot.lease_duration,
-                slot.lease_duration / 2,
-                slot.heartbeat.elapsed() if slot.heartbeat.beats else None,
-            )
-            for slot in tracked
-        ]
-        started = time.monotonic()
-        try:
-            renewed, lost = self.manager.renew(renewals) if renewals else (set(), set())
-            if self.on_tick is not None:
+        slots = self.tracked()
+        self._by_key = {slot.key: slot for slot in slots}
+        # A lease is renewed at the last tick before its period runs out.
+        self.keeper.keep([self.policy(slot) for slot in slots], slack=self.interval)
+        if self.on_tick is not None:
+            try:
                 self.on_tick()
-        except (DatabaseUnavailable, DatabaseError) as exc:
-            self.consecutive_failures += 1
-            logger.warning(
-                "lease renewal round failed (%d/%d): %s",
-                self.consecutive_failures,
-                self.max_failures,
-                exc,
-            )
-            close_connection(self.manager.using)
-            if self.consecutive_failures >= self.max_failures:
-                for slot in tracked:
-                    self.on_lease_lost(slot, exc)
-            return
-        self.consecutive_failures = 0
-        self.rounds += 1
-        for slot in tracked:
-            if slot.key in renewed:
-                slot.renewed_at = started
-            elif slot.key in lost:
-                self.on_lease_lost(
-                    slot,
-                    LeaseExpiredError(
-                        f"lease on {slot.lease.work_item_id} (token {slot.lease.token}) "
-                        "expired, reached its deadline or moved on"
-                    ),
-                )
-            else:  # its row was held by another transaction: neither renewed nor lost
-                self._skipped(slot, started)
+            except (DatabaseUnavailable, DatabaseError) as exc:
+                # The process could not prove it is alive: a failed round like any other.
+                self.keeper.failed([], exc)
 
-    def _skipped(self, slot: Slot, started: float) -> None:
-        """A lease whose row another transaction held: say so once it is at risk.
-
-        A completion being written holds it for milliseconds; a handler that
-        keeps a transaction open around its own checkpoint holds it until that
-        transaction ends, and the lease runs out meanwhile.
-        """
-        unrenewed = started - slot.renewed_at
-        if unrenewed > slot.lease_duration / 2:
-            logger.warning(
-                "lease on %s (token %d) not renewed for %.0f s: another transaction holds "
-                "its row (a handler's transaction open around a checkpoint?); it runs out "
-                "if that goes on",
-                slot.lease.work_item_id,
-                slot.lease.token,
-                unrenewed,
-            )
+    def _lost(self, kept: KeptLease, error: BaseException) -> None:
+        slot = self._by_key.get(kept.key)
+        if slot is not None:
+            self.on_lease_lost(slot, error)

@@ -67,8 +67,6 @@ class WorkerRuntime:
             using=config.using,
             slots=self.slots,
             recorder=self.recorder,
-            extender_interval=config.extender_interval,
-            heartbeat_intervals=dict(config.heartbeat_intervals),
             on_output=lambda slot, output: self.dispatcher.on_output(slot, output),
             on_done=self._on_done,
             stopping=self._stop.is_set,
@@ -93,6 +91,7 @@ class WorkerRuntime:
             on_tick=self._report_progress,
             max_failures=config.heartbeat_max_failures,
             heartbeat_intervals=config.heartbeat_intervals,
+            extender_interval=config.extender_interval,
         )
         self.listener: NotifyListener | None = None
         self.leadership: Leadership | None = None

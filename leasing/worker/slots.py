@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from ..context import WorkContext
 from ..handlers import HandlerSpec
 from ..heartbeat import Heartbeat
+from ..keeping import KeptLease
 from ..services.held import Lease, LeaseKey
 
 
@@ -39,10 +40,10 @@ class Slot:
         "deadline_at",
         "executor",
         "heartbeat",
+        "kept",
         "key",
         "lease",
         "lease_duration",
-        "renewed_at",
         "spec",
         "started_at",
         "state",
@@ -68,8 +69,23 @@ class Slot:
         self.state = SlotState.QUEUED
         self.executor: threading.Thread | None = None
         self.started_at: float | None = None
-        # Monotonic time of the last renewal that held.
-        self.renewed_at: float = self.claimed_at
+        # How the renewer keeps its lease alive (its policy and last renewal).
+        self.kept = KeptLease(
+            lease.key,
+            lease_duration,
+            period=lease_duration / 4,
+            progress=self.heartbeat,
+            renewed_at=self.claimed_at,
+        )
+
+    @property
+    def renewed_at(self) -> float:
+        """Monotonic time of the claim or the last renewal that held."""
+        return self.kept.renewed_at
+
+    @renewed_at.setter
+    def renewed_at(self, value: float) -> None:
+        self.kept.renewed_at = value
 
     def deadline(self) -> float:
         """Monotonic time at which the lease reaches its cap."""
