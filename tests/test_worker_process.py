@@ -77,23 +77,67 @@ def test_sigterm_requeues_an_item_that_outlives_the_shutdown_timeout(spawn, tmp_
     assert "handed back" in err
 
 
-def test_a_second_signal_exits_at_once(spawn, tmp_path):
+def test_pressing_ctrl_c_twice_hands_the_running_items_back_and_exits(spawn, tmp_path):
+    """The second signal: one short statement gives the leases back, then the process ends."""
     record = tmp_path / "runs.txt"
-    enqueue("t", "test.sleep", input_data={"seconds": 30})
+    items = enqueue_many(
+        [
+            {"task_id": f"t{i}", "work_type": "test.sleep", "input_data": {"seconds": 30}}
+            for i in range(4)
+        ]
+    )
+    proc = runworker_proc(
+        spawn,
+        "--concurrency",
+        "4",
+        "--shutdown-timeout",
+        "60",
+        env={"LEASING_TEST_RECORD": str(record)},
+    )
+    wait_for(lambda: record.exists() and record.read_text().count("start") == 4)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    second = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=10)
+    exited = time.monotonic()
+    # At once: not after the 30 s handlers, nor the 60 s shutdown timeout.
+    assert exited - second < 3.0
+    assert proc.returncode == 1, err
+    assert "handed back 4 running item(s)" in err
+    wait_for(lambda: WorkItem.objects.filter(status="pending").count() == 4, timeout=2)
+    rows = list(WorkItem.objects.filter(pk__in=[i.pk for i in items]))
+    assert {(r.status, r.retry_count, r.lease_holder) for r in rows} == {("pending", 0, None)}
+
+
+@pytest.mark.postgres
+def test_a_forced_stop_whose_hand_back_cannot_run_exits_in_time_and_says_so(spawn, tmp_path):
+    """Its rows held by another transaction, the hand-back waits; the process exits anyway."""
+    import psycopg
+
+    from tests.conftest import database_url
+
+    record = tmp_path / "runs.txt"
+    item = enqueue("t", "test.sleep", input_data={"seconds": 30})
     proc = runworker_proc(
         spawn, "--shutdown-timeout", "60", env={"LEASING_TEST_RECORD": str(record)}
     )
     wait_for(lambda: record.exists() and "start" in record.read_text())
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    second = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=10)
-    # At once: not after the 30 s handler, nor the 60 s shutdown timeout.
-    assert time.monotonic() - second < 3.0
+    blocker = psycopg.connect(database_url())
+    try:
+        blocker.execute("SELECT 1 FROM work_items WHERE work_item_id = %s FOR UPDATE", [item.pk])
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        second = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=10)
+        assert time.monotonic() - second < 3.0
+    finally:
+        blocker.rollback()
+        blocker.close()
     assert proc.returncode == 1
-    # It exited without handing the item back: the sweep recovers it later.
-    assert WorkItem.objects.get().status == "in_progress"
+    assert "could not hand the running items back" in err
+    assert WorkItem.objects.get(pk=item.pk).status == "in_progress"  # the sweep's now
 
 
 @pytest.mark.parametrize(

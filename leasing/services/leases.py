@@ -27,11 +27,13 @@ from ..sql.renewals import Renewal
 from ..sql.runner import (
     UNIQUE_RACE_ATTEMPTS,
     Statement,
+    run,
     run_one,
     to_datetime,
     translate_db_errors,
 )
 from ..sql.terms import ClaimFilters, LeaseTerms
+from ..states import WorkItemStatus
 from ..storage import storage_for
 from .claim_shape import ClaimShape
 from .dependencies import finish_with_dependents, settle
@@ -364,6 +366,18 @@ class LeaseManager:
             return row
 
         return self.outcome(key, rerun_if_raced(self.using, write))
+
+    def requeue_all(self, keys: Sequence[LeaseKey]) -> int:
+        """Hand these held leases back in one statement, counting no attempt (a forced
+        stop); returns how many were handed back. See `sql.work_items.requeue_all`."""
+        if not keys:
+            return 0
+        d = storage_for(self.using)
+        with translate_db_errors(), transaction.atomic(using=self.using):
+            rows = run(self.using, sql.requeue_all(d, self.worker_id, list(keys)))
+            d.notify(r["queue_name"] for r in rows if r["status"] == WorkItemStatus.PENDING)
+        self.held.discard((r["work_item_id"], r["lease_token"]) for r in rows)
+        return len(rows)
 
     def outcome(self, key: LeaseKey, row: dict[str, Any] | None) -> ReleaseOutcome:
         """The outcome of a fenced release, or the specific error if it matched no row."""

@@ -239,6 +239,33 @@ def requeue(
     return sql, [*([error] if interrupted else []), why, item_id, holder, token]
 
 
+def requeue_all(d: Storage, holder: str, keys: list[tuple[str, int]]) -> Statement:
+    """Hand these held leases back at once (a forced stop): `requeue` for many, in one statement.
+
+    An item that would be superseded while something depends on it is left
+    alone: its dependents must be settled with it, which the sweep does when
+    its lease runs out.
+    """
+    holder_sql = other_holder("work_items")
+    returns = f"{holder_sql} IS NULL"
+    source, source_params = d.rows_table("k", [("id", "text"), ("token", "bigint")], keys)
+    sql = f"""
+        UPDATE work_items
+        SET {T.HAND_BACK.sets({T.PENDING: returns})}, {LEASE_CLEARED},
+            error_message = CASE WHEN {returns} THEN error_message
+                            ELSE {superseded_message(holder_sql, "%s")} END,
+            completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
+            updated_at = {d.now}
+        WHERE lease_holder = %s AND {T.HAND_BACK.leaves()}
+          AND work_item_id IN (SELECT k.id FROM {source})
+          AND lease_token = (SELECT k.token FROM {source} WHERE k.id = work_items.work_item_id)
+          AND NOT (has_dependents AND {holder_sql} IS NOT NULL)
+        RETURNING work_item_id, lease_token, status, queue_name
+    """
+    why = "handed back by a forced stop"
+    return sql, [why, holder, *source_params, *source_params]
+
+
 # --- reads that decide a write ---------------------------------------------------------------
 
 

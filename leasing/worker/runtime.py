@@ -95,7 +95,7 @@ class WorkerRuntime:
         )
         self.listener: NotifyListener | None = None
         self.leadership: Leadership | None = None
-        self.signals = ShutdownSignals(self._on_signal)
+        self.signals = ShutdownSignals(self._on_signal, on_forced=self._hand_back_all)
 
     # --- control -----------------------------------------------------------------------
 
@@ -112,6 +112,14 @@ class WorkerRuntime:
             self.config.shutdown_timeout,
         )
         self.stop()
+
+    def _hand_back_all(self) -> int:
+        """A forced stop: give every run in flight back at once (one statement)."""
+        self._stop.set()
+        try:
+            return self.manager.requeue_all([slot.key for slot in self.slots])
+        finally:
+            close_connection(self.config.using)  # this thread's own
 
     def stop(self) -> None:
         """Stop claiming and shut down gracefully."""
