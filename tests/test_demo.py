@@ -270,3 +270,43 @@ def test_run_restarts_a_lone_child_and_stops_it_on_sigterm(supervise):
     assert not lone.running
     assert lone.proc.returncode == -signal.SIGTERM  # stopped with one SIGTERM
     assert signal.getsignal(signal.SIGTERM) == before  # the handler was put back
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGHUP"])
+def test_no_child_outlives_its_supervisor(tmp_path, how):
+    """Killed (parent-death signal) or hung up on (closing the terminal): the children end."""
+    script = tmp_path / "supervise.py"
+    pids = tmp_path / "pids"
+    script.write_text(
+        "import sys, threading, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from project.demo.supervisor import Child, Supervisor\n"
+        f"sleeper = {SLEEPER!r}\n"
+        "children = [Child('a', sleeper), Child('b', sleeper)]\n"
+        "supervisor = Supervisor(children, print, stop_timeout=5)\n"
+        "def report():\n"
+        "    while not all(c.running for c in children):\n"
+        "        time.sleep(0.02)\n"
+        f"    open({str(pids)!r}, 'w').write(' '.join(str(c.proc.pid) for c in children))\n"
+        "threading.Thread(target=report, daemon=True).start()\n"
+        "supervisor.run(interval=0.05)\n"
+    )
+    demo = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL)
+    try:
+        until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
+        children = [int(pid) for pid in pids.read_text().split()]
+        demo.send_signal(getattr(signal, how))
+        demo.wait(timeout=15)
+
+        def gone(pid: int) -> bool:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            # A zombie (exited, not yet reaped by init) counts as gone.
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+        until(lambda: all(gone(pid) for pid in children), timeout=10)
+    finally:
+        if demo.poll() is None:
+            demo.kill()

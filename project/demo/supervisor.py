@@ -7,12 +7,22 @@ right after it starts (a port in use, a broken setting) is given up on after
 `MAX_QUICK_EXITS` tries, with a line saying why. A child with `start_after`
 starts that many seconds after the others (the sweep, so that an expired
 lease stays on the dashboard for a while).
+
+Whatever ends the supervisor, its children end too: Ctrl-C, SIGTERM and
+SIGHUP (the terminal closed) stop them one by one; if the supervisor is
+killed or crashes, Linux sends each child SIGTERM as its parent dies (a
+parent-death signal, set in the child before it runs), so no worker or
+dashboard is left holding the port.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +62,23 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# prctl(2) option: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child get SIGTERM when `parent` dies (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was set
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -95,7 +121,10 @@ class Supervisor:
         # Its own process group: Ctrl-C in the terminal reaches the demo only,
         # which then sends each child one SIGTERM (a second signal would make
         # the worker exit at once instead of finishing its items).
-        child.proc = subprocess.Popen(list(child.argv), env=self.env, process_group=0)
+        # And it dies with the demo, however the demo ends (`_die_with`).
+        child.proc = subprocess.Popen(
+            list(child.argv), env=self.env, process_group=0, preexec_fn=_die_with(os.getpid())
+        )
         child.started_at = self.clock()
         child.due_at = 0.0
         child.history.append(child.proc.pid)
@@ -145,7 +174,7 @@ class Supervisor:
         return any(not c.given_up for c in self.children)
 
     def run(self, interval: float = 0.5) -> None:
-        """Supervise until every child is given up, or Ctrl-C / SIGTERM (then stop them all).
+        """Supervise until every child is given up, or Ctrl-C / SIGTERM / SIGHUP (then stop them).
 
         Both signals are handled here, SIGINT too: a process started in the
         background by a non-interactive shell (`make demo &`, a CI script)
