@@ -137,10 +137,12 @@ class WorkContext:
         ttl: timedelta | None = None,
         atomic: bool = False,
     ) -> Any:
-        """Run a side effect at most once per idempotency key, under this lease's fence.
+        """Run a side effect unless a call with this key completed, under this lease's fence.
 
-        `atomic=True` runs `fn` in the transaction that records its response (for
-        effects in the same database: both commit, or neither).
+        A crash after the effect but before its response is recorded runs it
+        again; `atomic=True` runs `fn` in the transaction that records its
+        response, so its writes to this database happen exactly once (both
+        commit, or neither). See `leasing.run_once`.
         """
         self._ensure_held()
         try:

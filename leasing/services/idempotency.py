@@ -140,7 +140,16 @@ def run_once(
     atomic: bool = False,
     using: str = "default",
 ) -> Any:
-    """Run `fn()` at most once per `key` and return its (stored) response.
+    """Run `fn()` unless a call with this `key` already completed, and return its response.
+
+    What that guarantees: once a call's response is recorded, no later call
+    with the key runs `fn` again (it gets the recorded response), and two
+    calls at once never both run it. Without `atomic=True`, a crash (or a
+    lost lease) after `fn`'s effect but before its response is recorded runs
+    `fn` again next time: at least once, at most once per completed record.
+    With `atomic=True`, `fn`'s writes to this database commit in the same
+    transaction as the record, so those effects happen exactly once; effects
+    outside the database (an email, an API call) are still at least once.
 
     `request` identifies what `fn` does; reusing a key for a different request
     raises `IdempotencyConflict`. The response must be JSON-serializable; the
@@ -154,8 +163,7 @@ def run_once(
     and the exception propagates. With `lease`, claiming the key is fenced by
     it: a run whose lease moved on gets `LeaseLostError` and `fn` never runs.
     With `atomic=True`, `fn` runs inside the transaction that records its
-    response: for effects in the same database, the effect and its record
-    commit together, so a crash in between can never run it twice.
+    response.
     """
     using = validation.database_alias(using)
     key = validate_key(key)
