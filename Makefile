@@ -23,7 +23,7 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 .PHONY: venv venv-django60 lint test test-sqlite test-postgres test-django60 \
 	test-django60-postgres new-user test-ha test-faults test-faults-short \
 	test-bench-smoke test-model-long ci ci-django60 \
-	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs
+	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs deadcode
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.12 or newer is needed (with pyenv, the .python-version file selects 3.12)." >&2; exit 1; }
@@ -46,7 +46,14 @@ venv-django60: $(VENV60)/.installed
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) manage.py makemigrations --check --dry-run
+
+# Dead code in leasing/ (vulture): code nothing in the app calls. What Django, the
+# templates or the app's users call by name is listed, with who calls it, in
+# scripts/vulture_whitelist.py; code only the tests call is dead too.
+deadcode: venv
+	$(VENV)/bin/vulture leasing scripts/vulture_whitelist.py --min-confidence 60
 
 test-sqlite: venv
 	@./scripts/ensure-chromium.sh

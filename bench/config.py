@@ -10,17 +10,18 @@ from dataclasses import dataclass, field
 # compares other settings; `throughput` also runs it at log level WARNING.
 RUNWORKER_OPTIONS: tuple[str, ...] = ()
 
-# The runworker option sets the `options` scenario compares (4 processes).
-OPTION_GRID: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
-    (label, ("--work-type", "bench.noop", *options) if typed else options)
-    for label, typed, options in (
-        ("c1 prefetch=adaptive", True, ("--concurrency", "1")),
-        ("c1 prefetch=0", True, ("--concurrency", "1", "--prefetch", "0")),
-        ("c1 prefetch=32", True, ("--concurrency", "1", "--prefetch", "32")),
-        ("c1 prefetch=128", True, ("--concurrency", "1", "--prefetch", "128")),
-        ("c4 prefetch=adaptive", True, ("--concurrency", "4")),
-        ("c4 prefetch=32", True, ("--concurrency", "4", "--prefetch", "32")),
-        ("all work types, c1 prefetch=adaptive", False, ("--concurrency", "1")),
+# The runworker configurations the `options` scenario compares (4 processes): a label, the
+# flags, and LEASING["PREFETCH"] (None: adaptive).
+OPTION_GRID: tuple[tuple[str, tuple[str, ...], int | None], ...] = tuple(
+    (label, ("--work-type", "bench.noop", *flags) if typed else flags, prefetch)
+    for label, typed, flags, prefetch in (
+        ("c1 prefetch=adaptive", True, ("--concurrency", "1"), None),
+        ("c1 prefetch=0", True, ("--concurrency", "1"), 0),
+        ("c1 prefetch=32", True, ("--concurrency", "1"), 32),
+        ("c1 prefetch=128", True, ("--concurrency", "1"), 128),
+        ("c4 prefetch=adaptive", True, ("--concurrency", "4"), None),
+        ("c4 prefetch=32", True, ("--concurrency", "4"), 32),
+        ("all work types, c1 prefetch=adaptive", False, ("--concurrency", "1"), None),
     )
 )
 

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,6 +30,10 @@ from bench.common import (
 from bench.config import Sizes
 from bench.measure import rnd
 from leasing.sql.wakes import LISTENING
+
+SUMMARY_LINE = re.compile(
+    r"^worker (?P<worker_id>.+) stopped \((?P<reason>[^)]*)\): (?P<counts>claimed .+)$"
+)
 
 
 class Bench:
@@ -145,11 +150,25 @@ class Bench:
 
     # --- subprocesses -------------------------------------------------------------------------
 
+    def leasing_env(self, env: dict[str, str] | None = None, **leasing: Any) -> dict[str, str]:
+        """`env` (default: the bench's) giving the subprocess these LEASING keys."""
+        env = dict(env or self.env)
+        if leasing:
+            env["LEASING_BENCH_SETTINGS"] = json.dumps(leasing)
+        return env
+
     def runworker(
-        self, *options: str, name: str = "runworker", env: dict[str, str] | None = None
+        self,
+        *options: str,
+        name: str = "runworker",
+        env: dict[str, str] | None = None,
+        leasing: dict[str, Any] | None = None,
     ) -> subprocess.Popen[bytes]:
+        """A `runworker` process with these flags, and these LEASING keys (bench/settings.py)."""
         proc, _ = self.procs.spawn(
-            [PYTHON, "manage.py", "runworker", *options], env=env or self.env, name=name
+            [PYTHON, "manage.py", "runworker", *options],
+            env=self.leasing_env(env, **(leasing or {})),
+            name=name,
         )
         return proc
 
@@ -162,13 +181,20 @@ class Bench:
                 )
 
     def summaries(self, procs: list[subprocess.Popen[bytes]]) -> list[dict[str, Any]]:
-        """The last JSON line each process printed (runworker --json: its summary)."""
+        """The summary line each runworker ended with (`worker ID stopped (REASON): claimed
+        N, completed N, ...`), as a dict."""
         out = []
         for proc in procs:
-            for line in reversed(self.procs.log_tail(proc, 5).splitlines()):
-                if line.startswith("{"):
-                    with contextlib.suppress(ValueError):
-                        out.append(json.loads(line))
+            for line in reversed(self.procs.log_tail(proc, 10).splitlines()):
+                if match := SUMMARY_LINE.match(line.strip()):
+                    counts = (pair.rsplit(" ", 1) for pair in match["counts"].split(", "))
+                    out.append(
+                        {
+                            "worker_id": match["worker_id"],
+                            "reason": match["reason"],
+                            **{key: int(value) for key, value in counts},
+                        }
+                    )
                     break
         return out
 

@@ -155,6 +155,7 @@ def drain_runworker(
     m: int,
     options: tuple[str, ...] = RUNWORKER_OPTIONS,
     *,
+    leasing: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     vacuum: bool = False,
     fresh: bool = True,
@@ -162,7 +163,9 @@ def drain_runworker(
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
-        proc = bench.runworker("--burst", "--json", *options, name=f"drain-n{n}-{i}", env=env)
+        proc = bench.runworker(
+            "--burst", *options, name=f"drain-n{n}-{i}", env=env, leasing=leasing
+        )
         procs.append(proc)
         return proc
 

@@ -5,6 +5,14 @@ work types with different lease durations, and `runworker` without
 `--work-type` serves all of them.
 """
 
+import json
+import os
+
 from project.settings import *  # noqa: F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]  # noqa: F405
+
+# A scenario gives one subprocess its own LEASING keys as JSON (`Bench.leasing_env`),
+# say LEASING_BENCH_SETTINGS='{"PREFETCH": 0}'.
+if os.environ.get("LEASING_BENCH_SETTINGS"):
+    LEASING = {**LEASING, **json.loads(os.environ["LEASING_BENCH_SETTINGS"])}  # noqa: F405

@@ -12,13 +12,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# name -> the module that defines it
+# name -> the module that defines it: what users call, and the exceptions they catch.
+# Return types (ReleaseOutcome, PauseState) and the worker's embedding API
+# (leasing.worker.WorkerRuntime, WorkerOptions: `runworker` is how a worker runs) are
+# not repeated here; they stay importable from their modules.
 _EXPORTS = {
     "enqueue": "leasing.services.enqueue",
     "enqueue_many": "leasing.services.enqueue",
     "Lease": "leasing.services.held",
     "LeaseManager": "leasing.services.leases",
-    "ReleaseOutcome": "leasing.services.held",
     "handler": "leasing.handlers",
     "WorkContext": "leasing.context",
     "create_checkpoint": "leasing.services.checkpoints",
@@ -31,7 +33,6 @@ _EXPORTS = {
     "dependents_of": "leasing.services.dependencies",
     "pause": "leasing.services.pauses",
     "resume": "leasing.services.pauses",
-    "PauseState": "leasing.services.pauses",
     "RecoverySweep": "leasing.sweep",
     "RecoveryStats": "leasing.sweep",
     "HeartbeatThread": "leasing.heartbeat",
@@ -39,8 +40,6 @@ _EXPORTS = {
     "LeaseExtender": "leasing.heartbeat",
     "LeaseExtenderConfig": "leasing.heartbeat",
     "start_heartbeat": "leasing.heartbeat",
-    "WorkerOptions": "leasing.worker",
-    "WorkerRuntime": "leasing.worker",
     "PermanentError": "leasing.exceptions",
     "LeasingError": "leasing.exceptions",
     "signals": "leasing.signals",

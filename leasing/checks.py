@@ -14,6 +14,7 @@ W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
 W004  a heartbeat interval (the default or a work type's) is not below STALE_HEARTBEAT
+W005  settings.LEASING sets a key this release no longer reads (RETRY_JITTER)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections, router
 
-from .conf import LeasingSettings, read_settings
+from .conf import RETIRED, LeasingSettings, read_settings, retired_keys
 from .exceptions import LeasingConfigurationError
 from .handlers import HandlerSpec, registry
 from .setting_entries import SettingProblem
@@ -44,7 +45,10 @@ SQLITE_OPTIONS_SNIPPET = (
 
 # The checks apply the rules the runtime applies (`conf.read_settings`, which the
 # lazy settings use too), so a setting they accept never stops work at run time.
-SETTINGS_HINT = "Fix settings.LEASING; the keys and defaults are in README.md."
+SETTINGS_HINT = (
+    "Fix settings.LEASING; the keys and defaults are in the settings reference "
+    "(docs/reference/settings.md)."
+)
 ENTRY_HINT = (
     "Fix or remove this entry. A process that runs without this check logs it once and "
     "skips it: the other entries apply."
@@ -65,6 +69,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         )
         for problem in problems
         if problem.setting != "SCHEDULES"
+    ]
+    messages += [
+        checks.Warning(
+            f"LEASING[{key!r}] is no longer read: {RETIRED[key.upper()]}.",
+            hint="Remove the key from settings.LEASING.",
+            id="leasing.W005",
+        )
+        for key in retired_keys(getattr(settings, "LEASING", None))
     ]
     if any(not problem.entry for problem in problems):
         return messages  # a bad key stands at its default: the checks below would judge that
@@ -203,7 +215,7 @@ def check_time_zone(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 @checks.register("leasing")
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     conf, problems = _read()
-    hint = 'See README.md "Schedules" for the keys and an example.'
+    hint = "See docs/how-to/schedules.md for the keys and an example."
     messages: list[checks.CheckMessage] = [
         checks.Error(problem.message, hint=hint, id="leasing.E006")
         for problem in problems

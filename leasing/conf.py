@@ -37,91 +37,58 @@ if TYPE_CHECKING:
 MIB = 1024 * 1024
 
 
+# Retries spread by +/- this fraction of their delay, so items that failed together do not
+# retry together. Once the RETRY_JITTER setting; no project needed another value.
+RETRY_JITTER = 0.25
+
+
 @dataclass(frozen=True, slots=True)
 class LeasingSettings:
     """`settings.LEASING`, typed. Each field's `#:` comment is its line in the reference.
 
-    The documentation site renders these comments (docs/hooks), so a setting
-    without one fails `make docs`.
+    The documentation site renders these comments (docs/hooks), grouped by the
+    plain `# Group` comments, so a setting without one fails `make docs`. The
+    last group, Tuning, holds the settings whose defaults suit nearly every
+    project; the reference says so.
     """
 
     # Leases
     #: Seconds a lease lasts without renewal: how long a dead worker's item waits for the sweep.
     lease_duration: float = 300.0
-    #: Seconds between renewals of a running item's lease; below the lease (leasing.E002).
+    #: Seconds between renewals of a running item's lease, so a live worker keeps it; below the
+    #: lease (leasing.E002).
     heartbeat_interval: float = 30.0
-    #: Failed renewals in a row (database unreachable) after which the worker gives the lease up.
-    heartbeat_max_failures: int = 3
-    #: Retries of an item enqueued without `max_retries` whose handler sets none.
+
+    # Retries
+    #: Retries of a failed item, so a passing failure costs no work; for items enqueued without
+    #: `max_retries` whose handler sets none.
     max_retries: int = 3
-    #: Seconds before the first retry of a failed attempt; each further retry waits twice as long.
+    #: Seconds before the first retry of a failed attempt; each further retry waits twice as long
+    #: (spread by +/-25% so that items that failed together do not retry together).
     retry_backoff_base: float = 2.0
-    #: The longest a retry waits, in seconds, however many retries came before.
-    retry_backoff_max: float = 3600.0
-    #: +/- fraction of random spread on each retry delay, so items that failed together spread out.
-    retry_jitter: float = 0.25
 
     # Recovery sweep
     #: Seconds between sweep passes: a dead worker's item is back within lease + this.
     sweep_interval: float = 60.0
-    #: Expired items recovered per transaction, so one pass never holds many row locks at once.
-    sweep_batch_size: int = 2000
     #: Checkpoints the sweep keeps per task (newest first); above what a task writes between two
     #: `iteration_end`s, or the resume point is pruned.
     checkpoint_retention: int = 100
-
-    # Dashboard
-    #: Seconds after which the console calls a heartbeat stale; above every heartbeat interval
-    #: (leasing.W004).
-    stale_heartbeat: float = 120.0
 
     # Idempotency keys
     #: Seconds a `run_once` key and its stored response live; longer than an item can be retried.
     idempotency_ttl: float = 24 * 3600.0
 
-    # Proof-of-work lease extender
-    #: `beat` mode: the most seconds between two extensions of a beating handler's lease (the
-    #: worker also keeps it within the type's heartbeat interval and half the lease).
-    extender_interval: float = 60.0
-    #: Seconds each extension adds, for a `LeaseExtender` built from the settings (the worker's
-    #: `beat` mode extends by the lease duration).
-    extender_extension: float = 300.0
-    #: False: a `LeaseExtender` built from the settings extends nothing.
-    extender_enabled: bool = True
-
-    # Bad input
-    #: Largest JSON payload (input, output, snapshot, response) in bytes, so one item cannot
-    #: bloat the tables.
-    max_payload_bytes: int = MIB
-
-    # Lease deadline
-    #: The most a lease can live from its claim, whatever its renewals (per-type
-    #: `max_lease_lifetime` and `timeout` handler options can lower it), so no lease is immortal.
-    max_lease_lifetime: float = 4 * 3600.0
-
-    # Worker runtime
-    #: Seconds an idle worker waits between claims (+/-20% jitter); the only wake-up on SQLite.
-    poll_interval: float = 1.0
-    #: Seconds running items get to finish after SIGTERM before they are handed back.
-    shutdown_timeout: float = 30.0
-    #: Handlers listed in the settings instead of an app's `handlers.py`:
-    #: `{"type": "dotted.path"}` or `{"type": {"handler": "dotted.path", **options}}`.
+    # Workers
+    #: Handlers listed in the settings instead of an app's `handlers.py` (a library's function,
+    #: options that differ per deployment): `{"type": "dotted.path"}` or
+    #: `{"type": {"handler": "dotted.path", **options}}`.
     handlers: dict[str, Any] = field(default_factory=dict)
-    #: Producer-only processes may enqueue work types they have no handler for.
+    #: True: a process may enqueue work types it has no handler for (a web process feeding
+    #: workers elsewhere); False: such an enqueue fails at once, catching a misspelt type.
     allow_unregistered_types: bool = False
-    #: Idle PostgreSQL workers wait for NOTIFY on enqueue; False: they only poll.
-    listen: bool = True
-    #: The alias whose session connection the NOTIFY listener uses (default: the worker's own);
-    #: behind a transaction pooler, a direct connection.
-    listen_database: str | None = None
-
-    # Console and metrics
-    #: The alias the console reads from (dashboard, lists and item pages, timeline, history,
-    #: /metrics), e.g. a streaming replica; None: the default database. Lease writes, and every
-    #: read that decides one (an operator action's re-read), always go to the default database.
-    read_database: str | None = None
-    #: Bearer token that lets Prometheus scrape /metrics; None: staff sessions only.
-    metrics_token: str | None = None
+    #: Seconds running items get to finish after SIGTERM before they are handed back; below the
+    #: service manager's stop timeout (systemd's `TimeoutStopSec`).
+    shutdown_timeout: float = 30.0
 
     # Schedules and concurrency limits
     #: Periodic work by name: one item per cron or interval tick (each entry checked: E006).
@@ -129,8 +96,63 @@ class LeasingSettings:
     #: At most N items in flight (claimed, not yet finished) per queue, across every worker and
     #: host, e.g. for a rate-limited API.
     queue_limits: dict[str, int] = field(default_factory=dict)
-    #: The same per work type.
+    #: At most N items in flight per work type, across every worker and host, e.g. for a
+    #: handler that holds a scarce resource.
     work_type_limits: dict[str, int] = field(default_factory=dict)
+
+    # Databases, console and metrics
+    #: The alias the console reads from (dashboard, lists and item pages, timeline, history,
+    #: /metrics), e.g. a streaming replica; None: the default database. Lease writes, and every
+    #: read that decides one (an operator action's re-read), always go to the default database.
+    read_database: str | None = None
+    #: The alias whose session connection the NOTIFY listener uses (default: the worker's own);
+    #: behind a transaction pooler, a direct connection.
+    listen_database: str | None = None
+    #: Bearer token that lets Prometheus scrape /metrics; None: staff sessions only.
+    metrics_token: str | None = None
+
+    # Tuning
+    #: Failed renewals in a row (database unreachable) after which the worker gives the lease up
+    #: and tells the handler, rather than run on under a lease it can no longer keep.
+    heartbeat_max_failures: int = 3
+    #: The most a lease can live from its claim, whatever its renewals (per-type
+    #: `max_lease_lifetime` and `timeout` handler options can lower it), so no lease is immortal.
+    max_lease_lifetime: float = 4 * 3600.0
+    #: The longest a retry waits, in seconds, however many retries came before, so an item with
+    #: many retries is still tried again within this.
+    retry_backoff_max: float = 3600.0
+    #: Expired items the sweep recovers per transaction, so one pass never holds many row locks
+    #: at once.
+    sweep_batch_size: int = 2000
+    #: Seconds after which the console calls a heartbeat stale; above every heartbeat interval
+    #: (leasing.W004).
+    stale_heartbeat: float = 120.0
+    #: Seconds an idle worker waits between claims (+/-20% jitter): the only wake-up on SQLite,
+    #: a fallback to NOTIFY on PostgreSQL.
+    poll_interval: float = 1.0
+    #: Items a worker claims beyond its free threads; None: adaptive, it claims ahead only while
+    #: its handlers are fast, so slow work is never hoarded. 0: never ahead.
+    prefetch: int | None = None
+    #: Idle PostgreSQL workers wait for NOTIFY on enqueue; False: they only poll (a pooler that
+    #: cannot pass LISTEN and no LISTEN_DATABASE).
+    listen: bool = True
+    #: Largest JSON payload (input, output, snapshot, response) in bytes, so one item cannot
+    #: bloat the tables.
+    max_payload_bytes: int = MIB
+    #: `beat` mode: the most seconds between two extensions of a beating handler's lease (the
+    #: worker also keeps it within the type's heartbeat interval and half the lease).
+    extender_interval: float = 60.0
+    #: Seconds each extension adds, for a `LeaseExtender` built from the settings (the worker's
+    #: `beat` mode extends by the lease duration).
+    extender_extension: float = 300.0
+    #: False: a `LeaseExtender` built from the settings extends nothing (proof-of-work extension
+    #: switched off for the deployment).
+    extender_enabled: bool = True
+
+    @property
+    def retry_jitter(self) -> float:
+        """The retired RETRY_JITTER setting's fixed value (`RETRY_JITTER`)."""
+        return RETRY_JITTER
 
 
 # Seconds: positive, and no more than any `validation.positive_seconds` at run time takes.
@@ -162,6 +184,15 @@ def _integer_range(name: str) -> tuple[int, int] | None:
     }.get(name)
 
 
+# The most items a worker claims ahead of its free threads (PREFETCH).
+MAX_PREFETCH = 1000
+
+# Keys of LEASING that earlier releases read and this one ignores, with what replaced
+# them: a project that still sets one keeps working (leasing.W005 says to remove it).
+RETIRED = {
+    "RETRY_JITTER": "retries always spread by +/-25% of their delay",
+}
+
 # Settings made of entries (a limit, a schedule): one bad entry costs only itself at run
 # time (logged and skipped); read after the others, as schedules need MAX_PAYLOAD_BYTES.
 _ENTRY_SETTINGS = ("queue_limits", "work_type_limits", "schedules")
@@ -177,10 +208,13 @@ def _check_value(name: str, value: Any) -> Any:
             return validation.integer(key, value, minimum=bounds[0], maximum=bounds[1])
     except InvalidInput as exc:
         raise LeasingConfigurationError(str(exc)) from None
-    if name == "retry_jitter":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-            raise LeasingConfigurationError(f"{key} must be a number in [0, 1), got {value!r}.")
-        return float(value)
+    if name == "prefetch":
+        if value is None:
+            return None
+        try:
+            return validation.integer(key, value, minimum=0, maximum=MAX_PREFETCH)
+        except InvalidInput as exc:
+            raise LeasingConfigurationError(f"{exc} None: adaptive.") from None
     if name in ("extender_enabled", "allow_unregistered_types", "listen"):
         if not isinstance(value, bool):
             raise LeasingConfigurationError(f"{key} must be True or False, got {value!r}.")
@@ -221,8 +255,8 @@ def read_settings(
 
     Never raises: a bad entry of a limit or a schedule is left out of the
     settings (the others stay); any other bad key leaves its default, and its
-    problem is not an `entry` one: `build_settings` and the lazy settings
-    raise it, the system check reports it.
+    problem is not an `entry` one: the lazy settings raise it, the system
+    check reports it.
     """
     if overrides is None:
         overrides = {}
@@ -235,6 +269,8 @@ def read_settings(
     problems: list[SettingProblem] = []
     for raw_key, value in overrides.items():
         name = str(raw_key).lower()
+        if name.upper() in RETIRED:
+            continue  # leasing.W005 (retired_keys)
         if name not in known:
             choices = ", ".join(sorted(n.upper() for n in known))
             message = f"Unknown setting LEASING[{raw_key!r}]. Known settings: {choices}."
@@ -256,12 +292,11 @@ def read_settings(
     return LeasingSettings(**values), tuple(problems)
 
 
-def build_settings(overrides: dict[str, Any] | None) -> LeasingSettings:
-    """Validate `settings.LEASING` and return the typed settings; the first problem raises."""
-    conf, problems = read_settings(overrides)
-    if problems:
-        raise problems[0].error()
-    return conf
+def retired_keys(overrides: Any) -> list[str]:
+    """The keys of `settings.LEASING` this release no longer reads (see RETIRED)."""
+    if not isinstance(overrides, dict):
+        return []
+    return [str(key) for key in overrides if str(key).upper() in RETIRED]
 
 
 logger = logging.getLogger("leasing.conf")
@@ -338,8 +373,3 @@ def read_alias() -> str:
     read; an operator action re-reads on `WRITE_DATABASE` before it writes.
     """
     return leasing_settings.read_database or WRITE_DATABASE
-
-
-def reads_from_replica() -> bool:
-    """True when the console reads from another alias than the one leases are written to."""
-    return read_alias() != WRITE_DATABASE

@@ -84,7 +84,10 @@ from .sql.runner import database_now
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-    from prometheus_client.core import Metric
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+# What `LeasingCollector._families` builds: both kinds take `add_metric(labels, value)`.
+type _Family = GaugeMetricFamily | CounterMetricFamily
 
 PREFIX = "leasing"
 QUEUE_LABELS = ["queue", "work_type"]
@@ -187,14 +190,15 @@ class LeasingCollector:
         yield from families.values()
 
     @staticmethod
-    def _families() -> dict[str, Metric]:
-        core = _client().core
+    def _families() -> dict[str, _Family]:
+        _client()  # MetricsUnavailable when prometheus-client is missing
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        def gauge(name: str, doc: str, labels: list[str] | None = None) -> Metric:
-            return core.GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels)
+        def gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels)
 
-        def counter(name: str, doc: str) -> Metric:
-            return core.CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=[])
+        def counter(name: str, doc: str) -> CounterMetricFamily:
+            return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=[])
 
         return {
             "work_items": gauge("work_items", "Work items by status.", ["status"]),
@@ -295,7 +299,10 @@ def build_registry(using: str = "default") -> CollectorRegistry:
 
     Raises `MetricsUnavailable` when prometheus-client is not installed.
     """
-    registry = _client().CollectorRegistry(auto_describe=False)
+    _client()  # MetricsUnavailable when prometheus-client is missing
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
     registry.register(LeasingCollector(using))
     return registry
 

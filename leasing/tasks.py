@@ -43,6 +43,10 @@ from .states import CheckpointType, WorkItemStatus
 if TYPE_CHECKING:
     from .models import Checkpoint, WorkItem
 
+    _TaskContext = TaskContext[..., Any]
+else:  # Django's TaskContext is not subscriptable at run time
+    _TaskContext = TaskContext
+
 TASK_WORK_TYPE = "django.task"
 BACKEND_PATH = "leasing.tasks.LeasingBackend"
 
@@ -68,7 +72,8 @@ def _require_app(alias: str) -> None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LeasingTaskContext(TaskContext):
+# django-stubs declares TaskContext a non-frozen dataclass; Django's is frozen.
+class LeasingTaskContext(_TaskContext):  # type: ignore[misc]
     """Django's TaskContext plus the leasing handler context."""
 
     work: WorkContext
@@ -119,7 +124,7 @@ class LeasingBackend(BaseTaskBackend):
             )
         return messages
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue[**P, R](self, task: Task[P, R], args: Any, kwargs: Any) -> TaskResult[P, R]:
         _require_app(self.alias)
 
         self.validate_task(task)
@@ -143,7 +148,7 @@ class LeasingBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         _require_app(self.alias)
         if not isinstance(result_id, str) or "\x00" in result_id or len(result_id) > 255:
             raise TaskResultDoesNotExist(result_id)
@@ -158,6 +163,7 @@ class LeasingBackend(BaseTaskBackend):
         )
         if item is None:
             raise TaskResultDoesNotExist(result_id)
+        assert item.input_data is not None  # enqueue() stored the task and its arguments
         task = _as_enqueued(_load_task(item.input_data["task"]), item, self.alias)
         boundaries = list(
             Checkpoint.objects.using(self.using)
@@ -167,7 +173,9 @@ class LeasingBackend(BaseTaskBackend):
         )
         return self._result(task, item, boundaries)
 
-    def _result(self, task: Task, item: WorkItem, boundaries: list[dict[str, Any]]) -> TaskResult:
+    def _result[**P, R](
+        self, task: Task[P, R], item: WorkItem, boundaries: list[dict[str, Any]]
+    ) -> TaskResult[P, R]:
         errors = [
             TaskError(
                 exception_class_path=b.get("exception_class_path")
@@ -183,6 +191,7 @@ class LeasingBackend(BaseTaskBackend):
         elif item.status == "completed" and isinstance(item.output_data, dict):
             worker_ids.append(item.output_data.get("worker_id", ""))
         status = _STATUS[item.status]
+        assert item.input_data is not None  # enqueue() stored the task and its arguments
         result = TaskResult(
             task=task,
             id=item.work_item_id,
@@ -205,7 +214,7 @@ class LeasingBackend(BaseTaskBackend):
 _FINISHED = {TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED}
 
 
-def _as_enqueued(task: Task, item: WorkItem, alias: str) -> Task:
+def _as_enqueued(task: Task[..., Any], item: WorkItem, alias: str) -> Task[..., Any]:
     """The task as it was enqueued: `.using()` may have changed priority, queue and time."""
     return dataclasses.replace(
         task,
@@ -216,7 +225,7 @@ def _as_enqueued(task: Task, item: WorkItem, alias: str) -> Task:
     )
 
 
-def _load_task(path: str) -> Task:
+def _load_task(path: str) -> Task[..., Any]:
     try:
         task = import_string(path)
     except ImportError as exc:

@@ -30,11 +30,14 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from . import validation
 from .exceptions import InvalidInput
+
+if TYPE_CHECKING:
+    from cronsim import CronSim
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # How many missed cron ticks a pass counts before it stops counting (a
@@ -88,7 +91,7 @@ class Timing:
             step = timedelta(seconds=self.every)
             return EPOCH + ((moment - EPOCH) // step + 1) * step
         local = moment.astimezone(self.zone)
-        return next(_cronsim()(self.cron, local)).astimezone(UTC)
+        return next(self._cron_ticks(local)).astimezone(UTC)
 
     def latest_at_or_before(self, moment: datetime) -> datetime:
         """The last tick at or before `moment` (aware), in UTC."""
@@ -99,7 +102,7 @@ class Timing:
         # cronsim's reverse walk includes the start's whole second when the
         # start has microseconds, so a tick exactly at `moment` counts.
         start = local.replace(microsecond=0) + timedelta(microseconds=1)
-        return next(_cronsim()(self.cron, start, reverse=True)).astimezone(UTC)
+        return next(self._cron_ticks(start, reverse=True)).astimezone(UTC)
 
     def due(self, next_run_at: datetime, now: datetime) -> Due | None:
         """What is owed at `now` to a schedule whose next tick is `next_run_at`.
@@ -125,14 +128,19 @@ class Timing:
         if self.every is not None:
             return min(int((last - first) // timedelta(seconds=self.every)) + 1, MAX_COUNTED_TICKS)
         count, local = 1, first.astimezone(self.zone)
-        for tick in _cronsim()(self.cron, local):
+        for tick in self._cron_ticks(local):
             if tick.astimezone(UTC) > last or count >= MAX_COUNTED_TICKS:
                 break
             count += 1
         return count
 
+    def _cron_ticks(self, start: datetime, *, reverse: bool = False) -> CronSim:
+        """The cron expression's ticks from `start` (local time), forward or back."""
+        assert self.cron is not None  # a timing has a cron expression when it has no `every`
+        return _cronsim()(self.cron, start, reverse=reverse)
 
-def _cronsim() -> Any:
+
+def _cronsim() -> type[CronSim]:
     try:
         from cronsim import CronSim
     except ImportError:
@@ -274,7 +282,8 @@ def parse_payload(value: Any, *, limit: int | None = None) -> dict[str, Any]:
         )
     encoded = validation.payload("payload", value, limit=limit)
     assert encoded is not None  # value is a dict
-    return json.loads(encoded)
+    payload: dict[str, Any] = json.loads(encoded)
+    return payload
 
 
 def parse_text(field: str, value: Any) -> str:

@@ -10,7 +10,7 @@ import json
 import math
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 from django.db import connections
 from django.utils import timezone
@@ -116,6 +116,12 @@ def text_filter(name: str, value: Any) -> list[str] | None:
     raise InvalidInput(f"{name} must be a string or a list of strings, got {value!r}.")
 
 
+@overload
+def payload(name: str, value: Any, *, required: Literal[True], limit: int | None = None) -> str: ...
+@overload
+def payload(
+    name: str, value: Any, *, required: bool = False, limit: int | None = None
+) -> str | None: ...
 def payload(
     name: str, value: Any, *, required: bool = False, limit: int | None = None
 ) -> str | None:
@@ -165,6 +171,7 @@ def _depth(value: Any) -> int:
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(node, dict):
             children = node.values()
         elif isinstance(node, list | tuple):

@@ -33,6 +33,7 @@ from leasing.models import Worker, WorkItem
 from leasing.worker import WorkerOptions, WorkerRuntime
 from tests.test_admin_support import FORCE, PAYLOAD, VIEW_ALL, make_user
 from tests.test_browser import ARTIFACTS, PASSWORD, browser, page  # noqa: F401
+from tests.workers import leasing_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -59,7 +60,7 @@ def operator() -> Any:
 
 def run_failures(leasing_settings: Callable[..., None]) -> dict[str, list[str]]:
     """Real failed runs: three items raising ValueError twice each, one PermanentError."""
-    leasing_settings(RETRY_BACKOFF_BASE=0.05, RETRY_JITTER=0.0)
+    leasing_settings(RETRY_BACKOFF_BASE=0.05)
     failing = enqueue_many(
         [
             {"task_id": f"task-fail-{i}", "work_type": "test.always_fail", "max_retries": 1}
@@ -96,13 +97,9 @@ def test_a_killed_worker_turns_silent_on_the_dashboard_with_no_sweep_running(
         "runworker",
         "--worker-id",
         "doomed-worker",
-        "--heartbeat-interval",
-        str(HEARTBEAT),
-        "--lease-seconds",
-        "10",
-        "--poll-interval",
-        "0.2",
-        "--no-listen",
+        env=leasing_env(
+            HEARTBEAT_INTERVAL=HEARTBEAT, LEASE_DURATION=10, POLL_INTERVAL=0.2, LISTEN=False
+        ),
     )
     deadline = time.monotonic() + 30
     while not Worker.objects.filter(worker_id="doomed-worker", status="running").exists():

@@ -17,6 +17,7 @@ from leasing.models import WorkItem
 from leasing.sql.runner import database_now
 from tests.conftest import ROOT
 from tests.test_checks_sqlite import site_settings
+from tests.workers import leasing_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +29,7 @@ def run(subprocess_env, *args: str, env: dict | None = None) -> subprocess.Compl
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env={**subprocess_env, **(env or {})},
+        env={**subprocess_env, **leasing_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,
@@ -36,17 +37,7 @@ def run(subprocess_env, *args: str, env: dict | None = None) -> subprocess.Compl
 
 
 def burst(subprocess_env, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = run(
-        subprocess_env,
-        "runworker",
-        "--burst",
-        "--poll-interval",
-        "0.05",
-        "--concurrency",
-        "2",
-        *args,
-        env=env,
-    )
+    proc = run(subprocess_env, "runworker", "--burst", "--concurrency", "2", *args, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -63,10 +54,9 @@ def test_runworker_logs_start_stop_summary_retries_and_failures_by_default(subpr
     enqueue("retried", "test.fail_then_succeed", input_data={"failures": 1}, max_retries=2)
     enqueue("failed", "test.permanent")
     enqueue("slow", "test.sleep", input_data={"seconds": 0.6})
-    proc = burst(subprocess_env, "--summary-interval", "0.2")
+    proc = burst(subprocess_env)
     err = proc.stderr
     assert re.search(r"INFO leasing\.worker: worker \S+ started: concurrency 2", err), err
-    assert re.search(r"INFO leasing\.worker: summary \S+: claimed \d+", err), err
     assert re.search(r"INFO leasing\.worker: retry scheduled for \S+ \(test\.fail_then", err)
     assert re.search(r"ERROR leasing\.worker: failed \S+ \(test\.permanent\)", err), err
     stopped = r"INFO leasing\.worker: worker \S+ stopped \(burst-done\): claimed 8"

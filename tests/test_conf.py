@@ -8,13 +8,14 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from leasing.checks import check_database, check_settings, check_time_zone
-from leasing.conf import LeasingSettings, build_settings, get_settings
+from leasing.conf import LeasingSettings, get_settings, read_settings
 from leasing.exceptions import LeasingConfigurationError
 from leasing.handlers import registry
 
 
 def test_defaults_are_the_spec_defaults():
-    conf = build_settings({})
+    conf, problems = read_settings({})
+    assert problems == ()
     assert conf == LeasingSettings()
     assert conf.lease_duration == 300
     assert conf.heartbeat_interval == 30
@@ -48,16 +49,34 @@ def test_settings_are_read_lazily_and_follow_changes(settings):
         ({"LEASE_DURATION": "300"}, "must be a number"),
         ({"MAX_RETRIES": -1}, "must be at least 0"),
         ({"HEARTBEAT_MAX_FAILURES": 1.5}, "must be an integer"),
-        ({"RETRY_JITTER": 1}, "in [0, 1)"),
+        ({"PREFETCH": -1}, "must be at least 0"),
+        ({"PREFETCH": 1001}, "must be at most 1000"),
         ({"EXTENDER_ENABLED": "yes"}, "True or False"),
         ({"HANDLERS": []}, "must be a dict"),
     ],
 )
 def test_bad_settings_raise_a_configuration_error(overrides, message):
-    with pytest.raises(LeasingConfigurationError) as exc:
-        build_settings(overrides)
-    assert isinstance(exc.value, ImproperlyConfigured)
-    assert message in str(exc.value)
+    [problem] = read_settings(overrides)[1]
+    error = problem.error()
+    assert isinstance(error, LeasingConfigurationError)
+    assert isinstance(error, ImproperlyConfigured)
+    assert message in str(error)
+
+
+def test_prefetch_is_adaptive_unless_set():
+    assert read_settings({})[0].prefetch is None
+    assert read_settings({"PREFETCH": 0})[0].prefetch == 0
+
+
+def test_a_retired_key_is_ignored_with_a_warning_not_an_error(settings):
+    """A project upgraded with RETRY_JITTER still set keeps running; the check says what
+    to do."""
+    settings.LEASING = {"RETRY_JITTER": 0.1, "LEASE_DURATION": 600}
+    assert get_settings().lease_duration == 600
+    assert get_settings().retry_jitter == 0.25
+    [warning] = check_settings()
+    assert warning.id == "leasing.W005"
+    assert "LEASING['RETRY_JITTER'] is no longer read" in warning.msg
 
 
 def test_check_rejects_heartbeat_not_below_lease(settings, db):

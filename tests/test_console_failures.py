@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import timedelta
 from io import StringIO
@@ -26,6 +25,7 @@ from tests.test_admin_support import (
     make_user,
     shift,
 )
+from tests.workers import FAST_POLL, parse_summary
 
 pytestmark = pytest.mark.django_db
 
@@ -47,11 +47,11 @@ def failed(task_id: str, error: Exception, work_type: str = "noop") -> str:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_item_page_shows_the_traceback_and_every_attempt(leasing_settings):
-    leasing_settings(RETRY_BACKOFF_BASE=0.01, RETRY_JITTER=0.0)
+    leasing_settings(RETRY_BACKOFF_BASE=0.01, **FAST_POLL)
     item = enqueue("d", "test.always_fail", max_retries=2)
     out = StringIO()
-    call_command("runworker", "--json", "--burst", "--poll-interval", "0.05", stdout=out)
-    worker_id = json.loads(out.getvalue())["worker_id"]
+    call_command("runworker", "--burst", stdout=out)
+    worker_id = parse_summary(out.getvalue())["worker_id"]
 
     html = client_with(*VIEW_ALL, PAYLOAD).get(change_url(item.pk)).content.decode()
     last = re.search(r'<section class="module leasing-last-error".*?</section>', html, re.S)[0]

@@ -13,6 +13,7 @@ from leasing import enqueue
 from leasing.models import Checkpoint, Worker, WorkItem
 from leasing.sql.runner import database_now
 from leasing.sweep import RecoverySweep
+from tests.workers import leasing_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,18 +31,10 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02) -> float:
     raise AssertionError("condition not reached in time")
 
 
-def start_worker(spawn, record: Path, *extra: str) -> subprocess.Popen:
+def start_worker(spawn, record: Path, *extra: str, prefetch: int | None = None) -> subprocess.Popen:
+    leasing = leasing_env(LEASE_DURATION=LEASE, HEARTBEAT_INTERVAL=0.25, PREFETCH=prefetch)
     return spawn(
-        "manage.py",
-        "runworker",
-        "--lease-seconds",
-        str(LEASE),
-        "--heartbeat-interval",
-        "0.25",
-        "--poll-interval",
-        "0.05",
-        *extra,
-        env={"LEASING_TEST_RECORD": str(record)},
+        "manage.py", "runworker", *extra, env={"LEASING_TEST_RECORD": str(record), **leasing}
     )
 
 
@@ -54,7 +47,7 @@ def starts(record: Path) -> int:
 def test_killed_worker_item_is_recovered_and_completed_by_another(spawn, tmp_path):
     record = tmp_path / "runs.txt"
     item = enqueue("crash-task", "test.sleep", input_data={"seconds": 2.0}, max_retries=3)
-    sweep = spawn("manage.py", "recoverysweep", "--interval", str(SCAN))
+    sweep = spawn("manage.py", "recoverysweep", env=leasing_env(SWEEP_INTERVAL=SCAN))
     victim = start_worker(spawn, record)
     wait_for(lambda: starts(record) == 1)
     held = WorkItem.objects.get(pk=item.pk)
@@ -151,7 +144,7 @@ def test_killed_worker_loses_none_of_its_claimed_but_unstarted_batch(spawn, tmp_
         ]
     )
     ids = {item.pk for item in items}
-    victim = start_worker(spawn, record, "--concurrency", "1", "--prefetch", "5")
+    victim = start_worker(spawn, record, "--concurrency", "1", prefetch=5)
     wait_for(lambda: starts(record) >= 1)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)

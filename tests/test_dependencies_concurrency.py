@@ -18,6 +18,7 @@ from django.db import connection
 from leasing import enqueue_many
 from leasing.models import WorkItem
 from tests.conftest import ROOT, wait_for
+from tests.workers import leasing_env
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -57,17 +58,9 @@ def start(spawn, subprocess_env, log, parents_type: str, *, waiting: bool = Fals
     # Output to a file, not a pipe nobody reads while they run (a full pipe blocks).
     workers = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "runworker",
-                "--poll-interval",
-                "0.05",
-                "--concurrency",
-                "4",
-            ],
+            [sys.executable, "manage.py", "runworker", "--concurrency", "4"],
             cwd=ROOT,
-            env={**subprocess_env, "LEASING_LOG_LEVEL": "WARNING"},
+            env={**subprocess_env, "LEASING_LOG_LEVEL": "WARNING", **leasing_env()},
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from io import StringIO
 
 import pytest
@@ -10,11 +9,13 @@ from django.core.management import call_command
 
 from leasing import enqueue_many
 from leasing.models import WorkItem
+from tests.workers import FAST_POLL, parse_summary
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_burst_worker_runs_fan_out_then_fan_in_in_order():
+def test_a_burst_worker_runs_fan_out_then_fan_in_in_order(leasing_settings):
+    leasing_settings(**FAST_POLL)
     # 0 -> (1..20) -> 21, and 22 fails for good, so 23 fails with it while 24 waits.
     specs = [{"task_id": "root", "work_type": "test.echo"}]
     specs += [
@@ -33,17 +34,8 @@ def test_a_burst_worker_runs_fan_out_then_fan_in_in_order():
     )
     items = enqueue_many(specs)
     out = StringIO()
-    call_command(
-        "runworker",
-        "--burst",
-        "--json",
-        "--poll-interval",
-        "0.05",
-        "--concurrency",
-        "4",
-        stdout=out,
-    )
-    summary = json.loads(out.getvalue())
+    call_command("runworker", "--burst", "--concurrency", "4", stdout=out)
+    summary = parse_summary(out.getvalue())
     by_task = {i.task_id: i for i in WorkItem.objects.all()}
     assert summary["completed"] == 22 and summary["failed"] == 1
     root, join = by_task["root"], by_task["join"]

@@ -77,12 +77,14 @@ def test_async_task_runs_a_pass_in_sync_mode(db, sync_q):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_schedule_is_created_once_and_its_task_runs(db, sync_q):
+def test_schedule_is_created_once_and_its_task_runs(db, sync_q, leasing_settings):
+    leasing_settings(SWEEP_INTERVAL=90)
     out = StringIO()
-    call_command("recoverysweep", "--schedule", "--interval", "90", stdout=out)
+    call_command("recoverysweep", "--schedule", stdout=out)
     assert "Created" in out.getvalue()
+    leasing_settings(CHECKPOINT_RETENTION=7)
     out = StringIO()
-    call_command("recoverysweep", "--schedule", "--interval", "90", "--retention", "7", stdout=out)
+    call_command("recoverysweep", "--schedule", stdout=out)
     assert "Updated" in out.getvalue()
 
     [schedule] = Schedule.objects.filter(name=SCHEDULE_NAME)

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sqlite3
 import time
@@ -29,14 +28,20 @@ from leasing.sql.runner import database_now
 from leasing.sweep import RecoverySweep
 from leasing.worker import WorkerOptions, WorkerRuntime
 from tests.conftest import recorded, wait_for
+from tests.workers import FAST_POLL, leasing_env, parse_summary
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def runworker(*args: str) -> dict:
     out = StringIO()
-    call_command("runworker", "--json", "--poll-interval", "0.05", *args, stdout=out)
-    return json.loads(out.getvalue())
+    call_command("runworker", *args, stdout=out)
+    return parse_summary(out.getvalue())
+
+
+@pytest.fixture(autouse=True)
+def fast_poll(leasing_settings):
+    leasing_settings(**FAST_POLL)
 
 
 def kill_other_backends() -> int:
@@ -58,10 +63,7 @@ def test_a_connection_killed_while_idle_costs_the_next_handler_nothing(spawn, tm
         "runworker",
         "--concurrency",
         "1",
-        "--poll-interval",
-        "0.05",
-        "--no-listen",
-        env={"LEASING_TEST_RECORD": str(record)},
+        env={"LEASING_TEST_RECORD": str(record), **leasing_env(LISTEN=False)},
     )
     first = enqueue("first", "test.db_query", max_retries=3)
     wait_for(lambda: WorkItem.objects.get(pk=first.pk).status == "completed")
@@ -81,7 +83,7 @@ def test_a_connection_killed_while_idle_costs_the_next_handler_nothing(spawn, tm
 def test_a_handler_that_loses_its_connection_is_handed_back_until_it_has_done_so_5_times(
     tmp_path, monkeypatch, leasing_settings
 ):
-    leasing_settings(RETRY_BACKOFF_BASE=0.01, RETRY_JITTER=0.0)
+    leasing_settings(RETRY_BACKOFF_BASE=0.01)
     monkeypatch.setenv("LEASING_TEST_RECORD", str(tmp_path / "runs.txt"))
     item = enqueue("cut", "test.kill_own_connection", max_retries=1)
     summary = WorkerRuntime(WorkerOptions(burst=True, poll_interval=0.05)).run()
@@ -160,15 +162,16 @@ def test_a_worker_id_can_be_reused_once_its_process_stopped_but_not_while_it_liv
         runworker("--burst", "--worker-id", "fixed-id")
 
 
-def test_a_freed_slot_wakes_the_dispatcher_whatever_the_outcome():
+def test_a_freed_slot_wakes_the_dispatcher_whatever_the_outcome(leasing_settings):
+    leasing_settings(POLL_INTERVAL=1.0)
     enqueue_many(
         [{"task_id": f"f{i}", "work_type": "test.always_fail", "max_retries": 0} for i in range(5)]
     )
     started = time.monotonic()
-    summary = runworker("--burst", "--concurrency", "1", "--poll-interval", "1.0")
+    summary = runworker("--burst", "--concurrency", "1")
     elapsed = time.monotonic() - started
     assert summary["failed"] == 5
-    # One poll interval per failed item before the fix (4.5 s for these 5).
+    # Before the fix, each failed item waited for a poll interval.
     assert elapsed < 2.5, elapsed
 
 

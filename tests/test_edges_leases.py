@@ -22,6 +22,7 @@ from leasing.services.terms import claim_filters, claim_terms
 from leasing.sql.runner import database_now
 from leasing.sweep import RecoverySweep
 from tests.conftest import recorded, wait_for
+from tests.workers import leasing_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,13 +79,10 @@ def test_a_stuck_handler_is_timed_out_by_its_worker(spawn, tmp_path: Path):
         "--burst",
         "--concurrency",
         "1",
-        "--poll-interval",
-        "0.05",
-        "--heartbeat-interval",
-        "0.2",
-        "--lease-seconds",
-        "1",
-        env={"LEASING_TEST_RECORD": str(record)},
+        env={
+            "LEASING_TEST_RECORD": str(record),
+            **leasing_env(HEARTBEAT_INTERVAL=0.2, LEASE_DURATION=1),
+        },
     )
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

@@ -19,20 +19,15 @@ from leasing.models import Checkpoint, WorkItem
 from leasing.services.operations import Action, apply_action
 from leasing.sweep import RecoverySweep
 from tests.conftest import recorded, wait_for
+from tests.workers import leasing_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def worker(spawn, record: Path, *extra: str) -> subprocess.Popen:
+def worker(spawn, record: Path, *extra: str, lease: float = 300) -> subprocess.Popen:
+    leasing = leasing_env(HEARTBEAT_INTERVAL=0.2, LEASE_DURATION=lease)
     return spawn(
-        "manage.py",
-        "runworker",
-        "--poll-interval",
-        "0.05",
-        "--heartbeat-interval",
-        "0.2",
-        *extra,
-        env={"LEASING_TEST_RECORD": str(record)},
+        "manage.py", "runworker", *extra, env={"LEASING_TEST_RECORD": str(record), **leasing}
     )
 
 
@@ -48,7 +43,7 @@ def test_force_released_item_reclaimed_by_the_same_process_is_completed_by_the_n
 ):
     record = tmp_path / "runs.txt"
     item = enqueue("superseded", "test.sleep_token", {"seconds": 2, "later": 6}, max_retries=3)
-    proc = worker(spawn, record, "--concurrency", "2", "--lease-seconds", "5")
+    proc = worker(spawn, record, "--concurrency", "2", lease=5)
     wait_for(lambda: len(recorded(record, "start")) == 1)
     first = WorkItem.objects.get(pk=item.pk)
     result = apply_action(
@@ -80,7 +75,7 @@ def test_item_recovered_by_the_sweep_and_reclaimed_by_the_same_process_stays_the
 ):
     record = tmp_path / "runs.txt"
     item = enqueue("recovered", "test.slow_first_attempt", {"first": 8, "later": 8}, max_retries=3)
-    proc = worker(spawn, record, "--concurrency", "2", "--lease-seconds", "1.5")
+    proc = worker(spawn, record, "--concurrency", "2", lease=1.5)
     wait_for(lambda: len(recorded(record, "start")) == 1)
     sweep = RecoverySweep(scan_interval_seconds=0.2)
     # Run 1 never beats, so its lease runs out; the sweep gives the item back.

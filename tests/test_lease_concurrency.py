@@ -18,6 +18,7 @@ from leasing.models import Worker, WorkItem
 from leasing.sql.runner import database_now
 from tests.conftest import wait_for
 from tests.transition_guard import arranging
+from tests.workers import leasing_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,11 +127,13 @@ def test_eight_runworker_processes_run_every_item_exactly_once(make_items, spawn
                 "manage.py",
                 "runworker",
                 *burst,
-                "--poll-interval",
-                "0.05",
                 "--work-type",
                 "test.noop",
-                env={"LEASING_TEST_RECORD": str(record), "LEASING_LOG_LEVEL": "WARNING"},
+                env={
+                    "LEASING_TEST_RECORD": str(record),
+                    "LEASING_LOG_LEVEL": "WARNING",
+                    **leasing_env(),
+                },
             )
             for _ in range(8)
         ]

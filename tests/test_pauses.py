@@ -119,15 +119,17 @@ def call(*args: str) -> str:
     return out.getvalue()
 
 
-def test_the_command_pauses_lists_and_resumes():
+def test_the_command_pauses_lists_and_resumes(monkeypatch):
+    monkeypatch.delenv("SUDO_USER", raising=False)
+    monkeypatch.setenv("LOGNAME", "alice")  # what getpass.getuser() reads first
     assert "Nothing is paused" in call("--list")
-    out = call("--queue", "emails", "--reason", "provider outage", "--by", "alice")
-    assert out.strip() == "The queue 'emails' paused (by alice: provider outage)."
+    out = call("--queue", "emails", "--reason", "provider outage")
+    assert out.strip() == "The queue 'emails' paused (by alice (manage.py pause): provider outage)."
     assert "queue 'emails': paused" in call("--list")
-    out = call("--work-type", "test.echo", "--reason", "bad deploy")
-    assert "manage.py pause" in Pause.objects.get(name="test.echo").paused_by
-    out = call("--resume", "--queue", "emails", "--reason", "back", "--by", "bob")
-    assert out.strip() == "The queue 'emails' resumed (by bob: back)."
+    call("--work-type", "test.echo", "--reason", "bad deploy")
+    monkeypatch.setenv("SUDO_USER", "bob")  # run as another user with sudo: who ran sudo
+    out = call("--resume", "--queue", "emails", "--reason", "back")
+    assert out.strip() == "The queue 'emails' resumed (by bob (sudo, manage.py pause): back)."
     assert list(Pause.objects.active().values_list("name", flat=True)) == ["test.echo"]
 
 
@@ -138,7 +140,10 @@ def test_the_command_pauses_lists_and_resumes():
         (["--queue", "q", "--reason", " "], "reason must be a non-empty string"),
         (["--queue", "x" * 300, "--reason", "r"], "at most 255 characters"),
         (["--list", "--resume"], "--list takes no"),
-        (["--queue", "q", "--reason", "r", "--by", ""], "by must be a non-empty string"),
+        (
+            ["--queue", "q", "--reason", "r", "--by", "alice"],
+            "--by was removed: the audit records the OS user",
+        ),
     ],
 )
 def test_the_command_answers_bad_input_with_one_line_and_writes_nothing(args, message):

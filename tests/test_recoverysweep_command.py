@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import queue
 import signal
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -18,6 +19,7 @@ from leasing import LeaseManager, enqueue
 from leasing.models import Checkpoint, Worker, WorkItem
 from leasing.services.checkpoints import create_checkpoint
 from leasing.sql.runner import database_now
+from tests.workers import leasing_env
 
 pytestmark = pytest.mark.django_db
 
@@ -72,30 +74,34 @@ def test_once_prints_a_human_line(db):
     assert "1 checkpoints written" in out
 
 
-def test_options_reach_the_sweep(db):
+def test_the_settings_reach_the_sweep(db, leasing_settings):
+    leasing_settings(CHECKPOINT_RETENTION=2)
     item = expired_item("a")
     for n in range(4):
         create_checkpoint("b", "tool_executed", {"n": n})
-    stats = json.loads(
-        run("--once", "--json", "--no-checkpoints", "--retention", "2", "--worker-id", "sw-1")
-    )
-    assert stats["recovered"] == 1 and stats["checkpoints_created"] == 0
+    stats = json.loads(run("--once", "--json"))
+    assert stats["recovered"] == 1 and stats["checkpoints_created"] == 1
     assert stats["checkpoints_deleted"] == 2
-    assert not Checkpoint.objects.filter(work_item_id=item.pk).exists()
-    assert Worker.objects.get(pk="sw-1").role == "sweeper"
+    assert Checkpoint.objects.filter(work_item_id=item.pk).count() == 1
+
+
+def test_the_once_passes_of_a_host_share_one_workers_row(db):
+    run("--once")
+    run("--once")
+    [sweeper] = Worker.objects.sweepers()
+    assert sweeper.worker_id == f"sweeper@{socket.gethostname()}:once"
+    assert (sweeper.status, sweeper.scans) == ("stopped", 2)
 
 
 @pytest.mark.parametrize(
     "args",
     [
-        ["--interval", "0"],
-        ["--interval", "-5"],
-        ["--interval", "abc"],
-        ["--interval", "nan"],
-        ["--retention", "0"],
-        ["--retention", "-1"],
-        ["--retention", "2.5"],
-        ["--batch-size", "0"],
+        ["--interval", "5"],
+        ["--retention", "2"],
+        ["--batch-size", "10"],
+        ["--no-checkpoints"],
+        ["--worker-id", "sw-1"],
+        ["--database", "nope"],
         ["--schedule", "--once"],
     ],
 )
@@ -111,9 +117,8 @@ def test_bad_options_raise_a_command_error_and_change_nothing(db, args):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--interval", "0"], "--interval"),
-        (["--interval", "abc"], "--interval"),
-        (["--retention", "-1"], "--retention"),
+        (["--interval", "0"], "--interval was removed: set LEASING['SWEEP_INTERVAL']"),
+        (["--retention", "-1"], "--retention was removed: set LEASING['CHECKPOINT_RETENTION']"),
         (["--schedule", "--once"], "--schedule"),
     ],
 )
@@ -149,7 +154,7 @@ def _lines(stream: Any) -> queue.Queue[str]:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_the_loop_stops_cleanly_on_a_signal(db, spawn, signum):
     item = expired_item()
-    proc = spawn("manage.py", "recoverysweep", "--interval", "0.2", "--json")
+    proc = spawn("manage.py", "recoverysweep", "--json", env=leasing_env(SWEEP_INTERVAL=0.2))
     stdout = _lines(proc.stdout)
     first = json.loads(stdout.get(timeout=30))  # running, handlers installed
     assert first["recovered"] == 1

@@ -44,7 +44,7 @@ def received():
 
 
 def test_a_worker_sends_acquired_heartbeat_and_released(received, leasing_settings):
-    leasing_settings(RETRY_BACKOFF_BASE=0.01, RETRY_JITTER=0.0)
+    leasing_settings(RETRY_BACKOFF_BASE=0.01)
     ok = enqueue("ok", "test.echo", {"n": 1})
     beating = enqueue("beating", "test.beat_sleep", {"seconds": 0.3, "every": 0.05})
     failing = enqueue("failing", "test.always_fail", max_retries=1)

@@ -18,12 +18,18 @@ from leasing.models import Checkpoint, WorkItem
 from leasing.sql.runner import database_now
 from leasing.tasks import TASK_WORK_TYPE, LeasingBackend
 from tests.testapp import tasks
+from tests.workers import FAST_POLL
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def fast_poll(leasing_settings):
+    leasing_settings(**FAST_POLL)
+
+
 def drain() -> None:
-    call_command("runworker", "--burst", "--poll-interval", "0.05", stdout=StringIO())
+    call_command("runworker", "--burst", stdout=StringIO())
 
 
 def test_backend_declares_its_features():
@@ -59,7 +65,7 @@ def test_successful_task_result():
 
 
 def test_failed_task_records_each_attempt(leasing_settings):
-    leasing_settings(MAX_RETRIES=1, RETRY_BACKOFF_BASE=0.01, RETRY_JITTER=0.0)
+    leasing_settings(MAX_RETRIES=1, RETRY_BACKOFF_BASE=0.01)
     result = tasks.explode.enqueue()
     drain()
     result = tasks.explode.get_result(result.id)

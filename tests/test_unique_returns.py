@@ -22,6 +22,7 @@ from leasing.sql.runner import database_now
 from leasing.states import WorkItemStatus
 from tests.conftest import row, wait_for
 from tests.recovery_helpers import boundaries, expire, sweep
+from tests.workers import leasing_env
 
 pytestmark = pytest.mark.django_db
 
@@ -195,11 +196,7 @@ def test_a_stopping_worker_hands_such_an_item_over_without_an_error(spawn, tmp_p
     proc = spawn(
         "manage.py",
         "runworker",
-        "--poll-interval",
-        "0.05",
-        "--shutdown-timeout",
-        "0.5",
-        env={"LEASING_TEST_RECORD": str(record)},
+        env={"LEASING_TEST_RECORD": str(record), **leasing_env(SHUTDOWN_TIMEOUT=0.5)},
     )
     wait_for(lambda: record.exists() and "start" in record.read_text())
     b = enqueue(

@@ -21,18 +21,26 @@ from leasing import enqueue, enqueue_many
 from leasing.models import Worker, WorkItem
 from leasing.sql.wakes import LISTENING
 from tests.conftest import ROOT, wait_for
-from tests.workers import stop_workers
+from tests.workers import leasing_env, stop_workers
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-POLL_S = "30"
+# Polls too rare to matter: every claim here follows a NOTIFY.
+POLL_S = 30
 
 
-def start(subprocess_env: dict[str, str], log: Path, record: Path, *args: str):
-    env = {**subprocess_env, "LEASING_LOG_LEVEL": "WARNING", "LEASING_TEST_RECORD": str(record)}
+def start(
+    subprocess_env: dict[str, str], log: Path, record: Path, *args: str, prefetch: int | None
+):
+    env = {
+        **subprocess_env,
+        "LEASING_LOG_LEVEL": "WARNING",
+        "LEASING_TEST_RECORD": str(record),
+        **leasing_env(POLL_INTERVAL=POLL_S, PREFETCH=prefetch),
+    }
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "manage.py", "runworker", "--poll-interval", POLL_S, *args],
+            [sys.executable, "manage.py", "runworker", *args],
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -40,10 +48,13 @@ def start(subprocess_env: dict[str, str], log: Path, record: Path, *args: str):
         )
 
 
-def start_workers(subprocess_env, tmp_path: Path, count: int, *args: str):
+def start_workers(
+    subprocess_env, tmp_path: Path, count: int, *args: str, prefetch: int | None = None
+):
     record = tmp_path / "ran.txt"
     record.touch()
-    procs = [start(subprocess_env, tmp_path / "workers.log", record, *args) for _ in range(count)]
+    log = tmp_path / "workers.log"
+    procs = [start(subprocess_env, log, record, *args, prefetch=prefetch) for _ in range(count)]
     # Running, and every listener connected (its statements are LISTEN or carry the mark).
     wait_for(lambda: Worker.objects.filter(status="running").count() == count, timeout=60)
     wait_for(lambda: _listening() >= count, timeout=30)
@@ -96,9 +107,7 @@ def test_one_idle_worker_answers_the_wakes_and_each_item_starts_at_once(subproce
 def test_a_leader_without_room_hands_off_and_every_idle_worker_starts_one(subprocess_env, tmp_path):
     # One item at a time each and no claiming ahead: the first claim fills the
     # leader, which must hand off for the other three to start theirs.
-    procs, record = start_workers(
-        subprocess_env, tmp_path, 4, "--concurrency", "1", "--prefetch", "0"
-    )
+    procs, record = start_workers(subprocess_env, tmp_path, 4, "--concurrency", "1", prefetch=0)
     try:
         items = enqueue_many(
             [

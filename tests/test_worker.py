@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import threading
 import time
 from collections import Counter
@@ -19,19 +18,20 @@ from leasing.management.commands.runworker import YOUNG_GENERATION_THRESHOLD
 from leasing.models import Checkpoint, Worker, WorkItem
 from leasing.worker import WorkerOptions, WorkerRuntime
 from tests.conftest import raise_deadlock
+from tests.workers import FAST_POLL, parse_summary
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def runworker(*args: str) -> dict:
     out = StringIO()
-    call_command("runworker", "--json", "--poll-interval", "0.05", *args, stdout=out)
-    return json.loads(out.getvalue())
+    call_command("runworker", *args, stdout=out)
+    return parse_summary(out.getvalue())
 
 
 @pytest.fixture(autouse=True)
-def fast_retries(leasing_settings):
-    leasing_settings(RETRY_BACKOFF_BASE=0.01, RETRY_JITTER=0.0)
+def fast_worker(leasing_settings):
+    leasing_settings(RETRY_BACKOFF_BASE=0.01, **FAST_POLL)
 
 
 def test_runworker_collects_the_young_generation_less_often():
@@ -92,7 +92,9 @@ def test_burst_drains_a_mixed_queue(leasing_settings):
     assert row.work_types == sorted(row.work_types) and "test.echo" in row.work_types
 
 
-def test_a_deadlocked_claim_and_complete_statement_is_run_again(monkeypatch, caplog):
+def test_a_deadlocked_claim_and_complete_statement_is_run_again(
+    monkeypatch, caplog, leasing_settings
+):
     from leasing.worker import dispatcher as runtime
 
     real = runtime.complete_and_claim
@@ -108,8 +110,9 @@ def test_a_deadlocked_claim_and_complete_statement_is_run_again(monkeypatch, cap
 
     monkeypatch.setattr(runtime, "complete_and_claim", deadlock_once)
     enqueue_many([{"task_id": f"t{i}", "work_type": "test.echo"} for i in range(20)])
+    leasing_settings(PREFETCH=2)
     with caplog.at_level("WARNING", logger="leasing.worker"):
-        summary = runworker("--burst", "--concurrency", "2", "--prefetch", "2")
+        summary = runworker("--burst", "--concurrency", "2")
 
     assert aborted, "the injected deadlock never happened"
     assert summary["completed"] == 20 and summary["reason"] == "burst-done"
@@ -148,14 +151,16 @@ def test_work_type_queue_and_task_filters():
     runworker("--burst", "--queue", "mail", "--work-type", "test.echo")
     statuses = dict(WorkItem.objects.values_list("pk", "status"))
     assert statuses == {a.pk: "completed", b.pk: "pending", c.pk: "pending"}
-    runworker("--burst", "--task-id", "t3")
+    # A task filter is the embedding API's (runworker splits work by queue and type).
+    WorkerRuntime(WorkerOptions(burst=True, task_id="t3")).run()
     assert WorkItem.objects.get(pk=c.pk).status == "completed"
     assert WorkItem.objects.get(pk=b.pk).status == "pending"
 
 
-def test_max_items_stops_after_that_many_claims():
+def test_max_items_stops_after_that_many_claims(leasing_settings):
     enqueue_many([{"task_id": f"t{i}", "work_type": "test.noop"} for i in range(5)])
-    summary = runworker("--max-items", "2", "--prefetch", "0")
+    leasing_settings(PREFETCH=0)
+    summary = runworker("--max-items", "2")
     assert summary["claimed"] == 2 and summary["reason"] == "max-items"
     assert WorkItem.objects.completed().count() == 2
     assert WorkItem.objects.pending().count() == 3
@@ -180,7 +185,8 @@ def test_slow_work_is_claimed_in_chunks_so_the_first_handlers_start_at_once():
     assert sorted(per_claim.values(), reverse=True) == [100, 100, 30]
 
 
-def test_thread_mode_keeps_a_lease_five_times_longer_than_its_duration():
+def test_thread_mode_keeps_a_lease_five_times_longer_than_its_duration(leasing_settings):
+    leasing_settings(LEASE_DURATION=1, HEARTBEAT_INTERVAL=0.25)
     item = enqueue("long", "test.sleep", input_data={"seconds": 5.0})
     seen_expired = threading.Event()
     stop = threading.Event()
@@ -199,7 +205,7 @@ def test_thread_mode_keeps_a_lease_five_times_longer_than_its_duration():
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        summary = runworker("--burst", "--lease-seconds", "1", "--heartbeat-interval", "0.25")
+        summary = runworker("--burst")
     finally:
         stop.set()
         watcher.join()
@@ -212,25 +218,25 @@ def test_thread_mode_keeps_a_lease_five_times_longer_than_its_duration():
     assert summary["completed"] == 1 and summary["lost"] == 0
 
 
-def test_beat_mode_keeps_the_lease_of_a_beating_handler():
+def test_beat_mode_keeps_the_lease_of_a_beating_handler(leasing_settings):
+    leasing_settings(LEASE_DURATION=1, HEARTBEAT_INTERVAL=0.25)
     item = enqueue("beating", "test.beat_sleep", input_data={"seconds": 3.0, "every": 0.1})
-    runworker("--burst", "--lease-seconds", "1", "--heartbeat-interval", "0.25")
+    runworker("--burst")
     row = WorkItem.objects.get(pk=item.pk)
     assert row.status == "completed"
     assert row.output_data == {"lease_lost": False}
     assert row.progress_at is not None and row.progress_at > row.started_at
 
 
-def test_beat_mode_lets_a_silent_handler_lose_its_lease():
+def test_beat_mode_lets_a_silent_handler_lose_its_lease(leasing_settings):
     from leasing.sweep import RecoverySweep
 
+    leasing_settings(LEASE_DURATION=1, HEARTBEAT_INTERVAL=0.25)
     item = enqueue("stuck", "test.beat_sleep", input_data={"seconds": 2.5, "every": 0})
     sweeper = RecoverySweep(scan_interval_seconds=0.2, create_checkpoints=True)
     sweeper.start()
     try:
-        summary = runworker(
-            "--max-items", "1", "--lease-seconds", "1", "--heartbeat-interval", "0.25"
-        )
+        summary = runworker("--max-items", "1")
     finally:
         sweeper.stop()
     row = WorkItem.objects.get(pk=item.pk)
@@ -256,9 +262,10 @@ def test_resumable_handler_resumes_from_its_last_checkpoint():
     assert row.output_data == {"resumed_at": {"i": 5}, "attempt": 2}
 
 
-def test_worker_registers_itself_with_its_own_heartbeat():
+def test_worker_registers_itself_with_its_own_heartbeat(leasing_settings):
+    leasing_settings(LEASE_DURATION=2, HEARTBEAT_INTERVAL=0.2)
     enqueue("t", "test.sleep", input_data={"seconds": 0.8})
-    summary = runworker("--burst", "--lease-seconds", "2", "--heartbeat-interval", "0.2")
+    summary = runworker("--burst")
     row = Worker.objects.get(worker_id=summary["worker_id"])
     assert row.role == "worker"
     assert row.last_seen_at > row.started_at
@@ -272,29 +279,38 @@ def test_each_start_gets_a_new_worker_id():
     assert first != second
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--work-type", "no.such.type"], "No handler is registered for work type 'no.such.type'"),
-        (["--lease-seconds", "2", "--heartbeat-interval", "2"], "must be below the lease"),
-    ],
-)
-def test_invalid_worker_configuration_is_a_command_error(args, message):
+def test_an_unknown_work_type_is_a_command_error():
+    message = "No handler is registered for work type 'no.such.type'"
     with pytest.raises(CommandError, match=message):
-        call_command("runworker", *args)
+        call_command("runworker", "--work-type", "no.such.type")
+
+
+def test_a_heartbeat_not_below_the_lease_is_a_command_error(leasing_settings):
+    leasing_settings(LEASE_DURATION=2, HEARTBEAT_INTERVAL=2)
+    with pytest.raises(CommandError, match="must be below the lease"):
+        call_command("runworker", "--burst")
+    assert not Worker.objects.exists()
 
 
 @pytest.mark.parametrize(
     "args",
     [
         ["--concurrency", "0"],
-        ["--lease-seconds", "-1"],
-        ["--heartbeat-interval", "0"],
-        ["--poll-interval", "abc"],
+        ["--concurrency", "many"],
         ["--max-items", "1.5"],
+        ["--worker-id", " "],
     ],
 )
-def test_bad_numeric_options_are_rejected(args):
+def test_bad_options_are_rejected(args):
     with pytest.raises(CommandError):
         call_command("runworker", *args)
     assert not Worker.objects.exists()
+
+
+def test_a_running_worker_logs_a_summary_every_summary_interval(caplog):
+    enqueue("slow", "test.sleep", input_data={"seconds": 0.8})
+    with caplog.at_level("INFO", logger="leasing.worker"):
+        WorkerRuntime(WorkerOptions(burst=True, summary_interval=0.2)).run()
+    summaries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("summary ")]
+    assert len(summaries) >= 2, caplog.text
+    assert "claimed 1, completed 0" in summaries[0]

@@ -6,12 +6,14 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from leasing import enqueue, enqueue_many
 from leasing.models import Worker, WorkItem
+from tests.workers import leasing_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,16 +27,15 @@ def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def runworker_proc(spawn, *args: str, env: dict | None = None) -> subprocess.Popen:
-    return spawn("manage.py", "runworker", "--poll-interval", "0.05", *args, env=env)
+def runworker_proc(spawn, *args: str, record: Path, **leasing: object) -> subprocess.Popen:
+    env = {"LEASING_TEST_RECORD": str(record), **leasing_env(**leasing)}
+    return spawn("manage.py", "runworker", *args, env=env)
 
 
 def test_sigterm_lets_the_running_item_finish_and_exits_zero(spawn, tmp_path):
     record = tmp_path / "runs.txt"
     item = enqueue("t", "test.sleep", input_data={"seconds": 1.0})
-    proc = runworker_proc(
-        spawn, "--shutdown-timeout", "10", env={"LEASING_TEST_RECORD": str(record)}
-    )
+    proc = runworker_proc(spawn, record=record, SHUTDOWN_TIMEOUT=10)
     wait_for(lambda: record.exists() and "start" in record.read_text())
     proc.send_signal(signal.SIGTERM)
     started = time.monotonic()
@@ -53,14 +54,7 @@ def test_sigterm_requeues_an_item_that_outlives_the_shutdown_timeout(spawn, tmp_
     record = tmp_path / "runs.txt"
     item = enqueue("t", "test.sleep", input_data={"seconds": 30})
     later = enqueue("t2", "test.noop", priority=-1)
-    proc = runworker_proc(
-        spawn,
-        "--shutdown-timeout",
-        "0.5",
-        "--prefetch",
-        "1",
-        env={"LEASING_TEST_RECORD": str(record)},
-    )
+    proc = runworker_proc(spawn, record=record, SHUTDOWN_TIMEOUT=0.5, PREFETCH=1)
     wait_for(lambda: record.exists() and "start" in record.read_text())
     proc.send_signal(signal.SIGTERM)
     started = time.monotonic()
@@ -86,14 +80,7 @@ def test_pressing_ctrl_c_twice_hands_the_running_items_back_and_exits(spawn, tmp
             for i in range(4)
         ]
     )
-    proc = runworker_proc(
-        spawn,
-        "--concurrency",
-        "4",
-        "--shutdown-timeout",
-        "60",
-        env={"LEASING_TEST_RECORD": str(record)},
-    )
+    proc = runworker_proc(spawn, "--concurrency", "4", record=record, SHUTDOWN_TIMEOUT=60)
     wait_for(lambda: record.exists() and record.read_text().count("start") == 4)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.5)
@@ -119,9 +106,7 @@ def test_a_forced_stop_whose_hand_back_cannot_run_exits_in_time_and_says_so(spaw
 
     record = tmp_path / "runs.txt"
     item = enqueue("t", "test.sleep", input_data={"seconds": 30})
-    proc = runworker_proc(
-        spawn, "--shutdown-timeout", "60", env={"LEASING_TEST_RECORD": str(record)}
-    )
+    proc = runworker_proc(spawn, record=record, SHUTDOWN_TIMEOUT=60)
     wait_for(lambda: record.exists() and "start" in record.read_text())
     blocker = psycopg.connect(database_url())
     try:
@@ -141,22 +126,26 @@ def test_a_forced_stop_whose_hand_back_cannot_run_exits_in_time_and_says_so(spaw
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("args", "leasing", "expected"),
     [
-        (["--lease-seconds", "0"], "--lease-seconds: must be a positive number of seconds"),
-        (["--lease-seconds", "-3"], "--lease-seconds: must be a positive number"),
-        (["--heartbeat-interval", "nan"], "--heartbeat-interval: must be a positive number"),
-        (["--concurrency", "0"], "--concurrency: must be a positive whole number"),
-        (["--max-items", "x"], "--max-items: expected a whole number"),
+        (["--concurrency", "0"], {}, "--concurrency: must be a positive whole number"),
+        (["--max-items", "x"], {}, "--max-items: expected a whole number"),
+        (["--work-type", "no.such"], {}, "No handler is registered for work type 'no.such'"),
         (
-            ["--lease-seconds", "10", "--heartbeat-interval", "10"],
+            [],
+            {"LEASE_DURATION": 10, "HEARTBEAT_INTERVAL": 10},
             "heartbeat interval (10s) must be below the lease duration (10s)",
         ),
-        (["--work-type", "no.such"], "No handler is registered for work type 'no.such'"),
+        (
+            ["--lease-seconds", "10"],
+            {},
+            "--lease-seconds was removed: set LEASING['LEASE_DURATION']",
+        ),
+        (["--json"], {}, "--json was removed: the final summary is the last line"),
     ],
 )
-def test_bad_options_exit_non_zero_with_one_clear_line(spawn, args, expected):
-    proc = spawn("manage.py", "runworker", *args)
+def test_bad_options_exit_non_zero_with_one_clear_line(spawn, args, leasing, expected):
+    proc = spawn("manage.py", "runworker", *args, env=leasing_env(**leasing))
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     lines = [line for line in err.splitlines() if line.strip()]
@@ -179,11 +168,9 @@ def test_worker_survives_its_connections_being_killed(spawn, tmp_path):
         "--burst",
         "--concurrency",
         "4",
-        "--lease-seconds",
-        "30",
-        "--heartbeat-interval",
-        "0.2",
-        env={"LEASING_TEST_RECORD": str(record)},
+        record=record,
+        LEASE_DURATION=30,
+        HEARTBEAT_INTERVAL=0.2,
     )
     database = connection.settings_dict["NAME"]
 

@@ -56,7 +56,7 @@ def run(bench: Bench) -> dict[str, Any]:
         spawned_at = []
         for i in range(n):
             spawned_at.append(bench.one("SELECT clock_timestamp()"))
-            procs.append(bench.runworker("--burst", "--json", name=f"fairstart-{i}"))
+            procs.append(bench.runworker("--burst", name=f"fairstart-{i}"))
         bench.procs.wait_all(procs, timeout_s=max(120.0, m / 50), what="runworker --burst")
         bench.check_exit(procs, "runworker --burst")
         summaries = bench.summaries(procs)

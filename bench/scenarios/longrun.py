@@ -1,6 +1,6 @@
 """longrun: L concurrent items of S seconds each (default 5,000 x 5 s) over 4 processes.
 
-Each `runworker --burst --concurrency L/4 --heartbeat-interval 1` process runs
+Each `runworker --burst --concurrency L/4` process (HEARTBEAT_INTERVAL 1) runs
 L/4 `bench.wait` items at once (one `time.sleep(S)` each), so the ideal wall
 time is S. The interval is 1 s so that leases are renewed during a 5 s item
 (the default, 30 s, would renew nothing); the lease stays the default.
@@ -52,9 +52,9 @@ def run(bench: Bench) -> dict[str, Any]:
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
         proc = bench.runworker(
-            "--burst", "--json", "--work-type", "bench.wait",
-            "--concurrency", str(per_process), "--heartbeat-interval", "1",
+            "--burst", "--work-type", "bench.wait", "--concurrency", str(per_process),
             name=f"longrun-{i}", env={**bench.env, "PGAPPNAME": names[i]},
+            leasing={"HEARTBEAT_INTERVAL": 1},
         )  # fmt: skip
         procs.append(proc)
         return proc

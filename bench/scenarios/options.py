@@ -1,4 +1,5 @@
-"""options: runworker --concurrency/--prefetch combinations at 4 processes, interleaved."""
+"""options: runworker --concurrency and LEASING["PREFETCH"] combinations at 4 processes,
+interleaved."""
 
 from __future__ import annotations
 
@@ -22,23 +23,25 @@ def run(bench: Bench) -> dict[str, Any]:
     """
     n, m = bench.sizes.options_workers, bench.sizes.options_items
     grid = OPTION_GRID if not bench.args.quick else OPTION_GRID[:2]
-    samples: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in grid}
-    counts = {label: min(m, OPTION_ITEMS_CAP.get(label, m)) for label, _ in grid}
+    samples: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in grid}
+    counts = {label: min(m, OPTION_ITEMS_CAP.get(label, m)) for label, _, _ in grid}
     for repeat in range(bench.sizes.options_repeats):
-        for label, options in grid:
+        for label, options, prefetch in grid:
             count = counts[label]
             progress(f"  runworker x{n} {label} (run {repeat + 1}): {count} items")
-            result = drain_runworker(bench, n, count, options)
+            leasing = {} if prefetch is None else {"PREFETCH": prefetch}
+            result = drain_runworker(bench, n, count, options, leasing=leasing)
             progress(f"    {result['jobs_per_s']} jobs/s")
             samples[label].append(result)
     runs = []
-    for label, options in grid:
+    for label, options, prefetch in grid:
         got = samples[label]
         rates = [r["jobs_per_s"] or 0.0 for r in got]
         runs.append(
             {
                 "config": label,
                 "options": list(options),
+                "prefetch": prefetch,
                 "jobs_per_s": max(rates),
                 "jobs_per_s_median": round(statistics.median(rates), 1),
                 "jobs_per_s_each": rates,

@@ -17,17 +17,15 @@ def run(bench: Bench) -> dict[str, Any]:
     s = bench.sizes
     bench.reset()
     sweeper, _ = bench.procs.spawn(
-        [PYTHON, "manage.py", "recoverysweep", "--interval",
-         str(s.recovery_sweep_interval_s), "--json", "--worker-id", "bench-sweeper"],
-        env=bench.env,
+        [PYTHON, "manage.py", "recoverysweep", "--json"],
+        env=bench.leasing_env(SWEEP_INTERVAL=s.recovery_sweep_interval_s),
         name="recovery-sweeper",
-    )  # fmt: skip
+    )
     rounds = []
     try:
         wait_for(
             lambda: bench.one(
-                "SELECT count(*) FROM workers WHERE worker_id = 'bench-sweeper' "
-                "AND status = 'running'"
+                "SELECT count(*) FROM workers WHERE role = 'sweeper' AND status = 'running'"
             ),
             60,
             "the recovery sweep to start",
@@ -42,7 +40,7 @@ def run(bench: Bench) -> dict[str, Any]:
     bound = s.recovery_lease_s + s.recovery_sweep_interval_s + TARGETS["recovery_slack_s"]
     return {
         "measures": "k bench.sleep items held by a runworker (lease L, renewals every H) "
-        "that is SIGKILLed; `recoverysweep --interval S` re-queues them, an idle runworker "
+        "that is SIGKILLed; `recoverysweep` (SWEEP_INTERVAL S) re-queues them, an idle runworker "
         "re-claims them: new lease_acquired_at - statement_timestamp() right after the "
         "kill, split at the expired lease_expires_at and the sweep's error_boundary "
         "checkpoint (all database clock)",
@@ -76,11 +74,13 @@ def recovery_round(bench: Bench, index: int) -> dict[str, Any]:
         ]
     )
     victim = bench.runworker(
-        "--work-type", "bench.sleep", "--concurrency", str(k), "--prefetch", "0",
-        "--lease-seconds", str(s.recovery_lease_s),
-        "--heartbeat-interval", str(s.recovery_heartbeat_s),
-        "--worker-id", victim_id,
+        "--work-type", "bench.sleep", "--concurrency", str(k), "--worker-id", victim_id,
         name=f"recovery-victim-{index}",
+        leasing={
+            "PREFETCH": 0,
+            "LEASE_DURATION": s.recovery_lease_s,
+            "HEARTBEAT_INTERVAL": s.recovery_heartbeat_s,
+        },
     )  # fmt: skip
     rescuer = None
     try:
@@ -97,9 +97,9 @@ def recovery_round(bench: Bench, index: int) -> dict[str, Any]:
             f"the victim worker to hold all {k} items",
         )
         rescuer = bench.runworker(
-            "--work-type", "bench.sleep", "--concurrency", str(k), "--prefetch", "0",
-            "--shutdown-timeout", "1", "--worker-id", rescuer_id,
+            "--work-type", "bench.sleep", "--concurrency", str(k), "--worker-id", rescuer_id,
             name=f"recovery-rescuer-{index}",
+            leasing={"PREFETCH": 0, "SHUTDOWN_TIMEOUT": 1},
         )  # fmt: skip
         wait_for(
             lambda: (

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import JSONField, Model, QuerySet
+from django.db.models import ForeignObjectRel, JSONField, QuerySet
 from django.db.models.constants import LOOKUP_SEP
+from django.db.models.fields.related import RelatedField
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.safestring import SafeString
@@ -20,6 +21,16 @@ from .changelist import LeasingChangeList, exact_search
 from .guards import first_unstorable, refusal_message, storable
 from .paginator import EstimatedCountPaginator
 
+if TYPE_CHECKING:
+    # django-stubs' name for what get_fields returns: names, or groups of names on a line.
+    from django.contrib.admin.options import _FieldGroups
+
+    from ..models import Checkpoint, IdempotencyKey
+
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:  # Django's ModelAdmin is not subscriptable at run time
+    _ModelAdmin = admin.ModelAdmin
+
 # What a list's query string may ask of a column: what its filters, links and the
 # date hierarchy use, and plain comparisons. Django allows any lookup on a local
 # column: `?task_id__regex=(` was a database error (a 500), `?input_data__card=…`
@@ -29,7 +40,7 @@ ALLOWED_LOOKUPS = frozenset(
 )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(_ModelAdmin):
     """Rows written only by the services: viewable, never added, changed or deleted here.
 
     Every view first refuses parameters the database cannot store, with a
@@ -73,18 +84,21 @@ class ReadOnlyAdmin(admin.ModelAdmin):
             return super().get_search_results(request, queryset, search_term)
         return exact_search(queryset, search_term, self.search_columns, self.search_upper), False
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> _FieldGroups:
         if not self.detail_fields:
             return super().get_fields(request, obj)
-        fields = list(self.detail_fields)
-        if self.payload_fields and display.payloads_visible(request.user):
-            fields += self.payload_fields
-        return fields
+        return list(self._detail_fields(request))
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if not self.detail_fields:
             return list(super().get_readonly_fields(request, obj))
-        return self.get_fields(request, obj)
+        return self._detail_fields(request)
+
+    def _detail_fields(self, request: HttpRequest) -> list[str]:
+        fields = list(self.detail_fields)
+        if self.payload_fields and display.payloads_visible(request.user):
+            fields += self.payload_fields
+        return fields
 
     # --- bad input: a message, never a database error ---
 
@@ -98,7 +112,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         if isinstance(field, JSONField):
             return False
         allowed = ALLOWED_LOOKUPS
-        if field.is_relation and field.target_field is not None:
+        if isinstance(field, RelatedField | ForeignObjectRel) and field.target_field is not None:
             allowed = allowed | {field.target_field.name}  # `work_item__work_item_id`
         if any(part not in allowed for part in rest):
             return False
@@ -123,7 +137,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def get_changelist_instance(self, request: HttpRequest) -> LeasingChangeList:
         try:
-            return super().get_changelist_instance(request)
+            changelist = super().get_changelist_instance(request)
         except IncorrectLookupParameters:
             if ERROR_FLAG not in request.GET:
                 self.message_user(
@@ -133,6 +147,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
                     messages.ERROR,
                 )
             raise
+        assert isinstance(changelist, LeasingChangeList)  # get_changelist() names it
+        return changelist
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         return self._refuse_unstorable(request) or super().changelist_view(request, extra_context)
@@ -169,5 +185,5 @@ class WorkItemLinkColumn:
     admin_site: admin.AdminSite
 
     @admin.display(description="work item")
-    def work_item_link(self, obj: Model) -> SafeString | str:
+    def work_item_link(self, obj: Checkpoint | IdempotencyKey) -> SafeString | str:
         return display.work_item_link(self.admin_site.name, obj.work_item_id)

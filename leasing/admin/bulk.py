@@ -142,4 +142,5 @@ def _log(request: HttpRequest, item_ids: list[str], message: str) -> None:
         .defer("input_data", "output_data")
         .filter(pk__in=item_ids)
     )
+    assert request.user.pk is not None  # the admin serves signed-in staff only
     LogEntry.objects.log_actions(request.user.pk, list(objects), CHANGE, message)

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import Max, Min, Q, QuerySet
+from django.db.models import Field, Max, Min, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import formats, timezone
 from django.utils.functional import cached_property
@@ -113,6 +113,7 @@ def bounded_date_hierarchy(
     """The date hierarchy's links (Django's template context) between two bounds."""
     field_name = cl.date_hierarchy
     field = cl.model._meta.get_field(field_name)
+    assert isinstance(field, Field)  # a date column, never a relation's reverse side
     year_field, month_field, day_field = (f"{field_name}__{p}" for p in ("year", "month", "day"))
     year = _lookup(cl.params, year_field, 9998)
     month = _lookup(cl.params, month_field, 12)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
@@ -15,7 +16,10 @@ from django.utils.safestring import SafeString
 
 from ..conf import get_settings
 from ..console.durations import EMPTY, humanize_seconds
-from ..models import WorkItem, WorkItemStatus
+from ..models import Worker, WorkItem, WorkItemStatus
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 PAYLOAD_PERMISSION = "leasing.view_payload"
 
@@ -118,7 +122,17 @@ def timeline_link(site: str, task_id: str, title: str = "") -> SafeString:
 # --- lease columns of a work item (annotated with `db_now`, the database clock) ---------------
 
 
-def lease_remaining(item: WorkItem) -> SafeString | str:
+class DbClock(TypedDict):
+    """The admin querysets' `db_now` annotation: the database clock."""
+
+    db_now: datetime
+
+
+type ClockedWorkItem = WithAnnotations[WorkItem, DbClock]
+type ClockedWorker = WithAnnotations[Worker, DbClock]
+
+
+def lease_remaining(item: ClockedWorkItem) -> SafeString | str:
     if item.status != WorkItemStatus.IN_PROGRESS or item.lease_expires_at is None:
         return EMPTY
     remaining = (item.lease_expires_at - item.db_now).total_seconds()
@@ -131,7 +145,7 @@ def lease_remaining(item: WorkItem) -> SafeString | str:
     return humanize_seconds(remaining)
 
 
-def heartbeat_age(item: WorkItem) -> SafeString | str:
+def heartbeat_age(item: ClockedWorkItem) -> SafeString | str:
     if item.heartbeat_at is None or item.status != WorkItemStatus.IN_PROGRESS:
         return EMPTY
     age = (item.db_now - item.heartbeat_at).total_seconds()
@@ -145,7 +159,7 @@ def heartbeat_age(item: WorkItem) -> SafeString | str:
     return ago(age)
 
 
-def last_progress(item: WorkItem) -> str:
+def last_progress(item: ClockedWorkItem) -> str:
     if item.progress_at is None:
         return EMPTY
     return ago((item.db_now - item.progress_at).total_seconds())

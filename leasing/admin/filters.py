@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from ..conf import read_alias
 from ..console.census import STATUSES
 from ..console.choices import known_queues, known_work_types
-from ..models import LeaseHealth, WorkItemStatus
+from ..models import LeaseHealth, WorkItemQuerySet, WorkItemStatus
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -52,6 +52,7 @@ class LeaseHealthFilter(admin.SimpleListFilter):
         value = self.value()
         if value is None:
             return queryset
+        assert isinstance(queryset, WorkItemQuerySet)  # a filter of the work items list
         if value == self.NO_PROGRESS:
             return queryset.without_progress()
         if value in LeaseHealth.values:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.utils.dateparse import parse_datetime
 
 from ..console.windows import THROUGHPUT_WINDOWS
-from ..models import WorkItem
 from ..states import PauseKind
+
+if TYPE_CHECKING:
+    from .display import ClockedWorkItem
 
 BIGINT_MAX = 2**63 - 1
 
@@ -57,7 +59,7 @@ class OperatorActionForm(forms.Form):
 
     reason = reason_field()
 
-    def __init__(self, *args: Any, items: Iterable[WorkItem], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, items: Iterable[ClockedWorkItem], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.items = list(items)
         for item in self.items:
@@ -86,7 +88,8 @@ class OperatorActionForm(forms.Form):
         return f"{cls.HEARTBEAT_PREFIX}{pk}"
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         for item in self.items:
             name = self.heartbeat_field_name(item.pk)
             if name not in self.data:
@@ -150,14 +153,16 @@ class WindowForm(forms.Form):
         choices=list(WINDOWS.items()),
         coerce=int,
         required=False,
-        empty_value=DEFAULT_WINDOW,
+        # django-stubs types empty_value as str | None; Django takes any value.
+        empty_value=DEFAULT_WINDOW,  # type: ignore[arg-type]
         initial=DEFAULT_WINDOW,
     )
 
     def minutes(self) -> int:
         if not self.is_bound or not self.is_valid():
             return self.DEFAULT_WINDOW
-        return self.cleaned_data["window"]
+        window: int = self.cleaned_data["window"]
+        return window
 
 
 class DashboardForm(forms.Form):
@@ -165,13 +170,15 @@ class DashboardForm(forms.Form):
 
     DEFAULT_WINDOW = 60
     DEFAULT_REFRESH = 30
+    WINDOWS = {m: _window_label(m) for m in THROUGHPUT_WINDOWS}
 
     window = forms.TypedChoiceField(
         label="Throughput window",
-        choices=[(m, _window_label(m)) for m in THROUGHPUT_WINDOWS],
+        choices=list(WINDOWS.items()),
         coerce=int,
         required=False,
-        empty_value=DEFAULT_WINDOW,
+        # django-stubs types empty_value as str | None; Django takes any value.
+        empty_value=DEFAULT_WINDOW,  # type: ignore[arg-type]
         initial=DEFAULT_WINDOW,
     )
     refresh = forms.IntegerField(

@@ -32,7 +32,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
 from ..conf import read_alias
-from ..console.durations import humanize_seconds
+from ..console.durations import EMPTY, humanize_seconds
 from ..console.failures import item_failures
 from ..console.liveness import Liveness, liveness
 from ..models import Checkpoint, IdempotencyKey, Worker, WorkerStatus, WorkItem
@@ -88,12 +88,11 @@ class WorkItemAdmin(ReadOnlyAdmin):
         opts = self.opts
         return request.user.has_perm(f"{opts.app_label}.force_release_{opts.model_name}")
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkItem]:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[display.ClockedWorkItem]:
         # `db_now` is the database clock for the lease columns; payloads are
         # not loaded unless a page shows them.
-        return (
-            super().get_queryset(request).annotate(db_now=Now()).defer("input_data", "output_data")
-        )
+        items: QuerySet[WorkItem] = super().get_queryset(request)
+        return items.annotate(db_now=Now()).defer("input_data", "output_data")
 
     # --- columns ---
 
@@ -122,15 +121,15 @@ class WorkItemAdmin(ReadOnlyAdmin):
         return display.badge("status", obj.status, obj.get_status_display())
 
     @admin.display(description="lease remaining")
-    def lease_remaining(self, obj: WorkItem) -> SafeString | str:
+    def lease_remaining(self, obj: display.ClockedWorkItem) -> SafeString | str:
         return display.lease_remaining(obj)
 
     @admin.display(description="heartbeat")
-    def heartbeat_age(self, obj: WorkItem) -> SafeString | str:
+    def heartbeat_age(self, obj: display.ClockedWorkItem) -> SafeString | str:
         return display.heartbeat_age(obj)
 
     @admin.display(description="last progress")
-    def last_progress(self, obj: WorkItem) -> str:
+    def last_progress(self, obj: display.ClockedWorkItem) -> str:
         return display.last_progress(obj)
 
     @admin.display(description="retries")
@@ -336,20 +335,21 @@ class WorkerAdmin(ReadOnlyAdmin):
     )
     HELD_ITEMS_SHOWN = 50
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
-        return super().get_queryset(request).annotate(db_now=Now())
+    def get_queryset(self, request: HttpRequest) -> QuerySet[display.ClockedWorker]:
+        workers: QuerySet[Worker] = super().get_queryset(request)
+        return workers.annotate(db_now=Now())
 
-    def _liveness(self, obj: Worker) -> Liveness:
+    def _liveness(self, obj: display.ClockedWorker) -> Liveness:
         return liveness(obj, (obj.db_now - obj.last_seen_at).total_seconds())
 
     @admin.display(description="status")
-    def status_badge(self, obj: Worker) -> SafeString:
+    def status_badge(self, obj: display.ClockedWorker) -> SafeString:
         if self._liveness(obj).silent:
             return display.badge("worker", WorkerStatus.LOST, "Silent")
         return display.badge("worker", obj.status, obj.get_status_display())
 
     @admin.display(description="last seen", ordering="last_seen_at")
-    def last_seen(self, obj: Worker) -> SafeString:
+    def last_seen(self, obj: display.ClockedWorker) -> SafeString:
         alive = self._liveness(obj)
         css = "leasing-bad-text" if alive.silent else ""
         return format_html(
@@ -367,7 +367,7 @@ class WorkerAdmin(ReadOnlyAdmin):
         )
         ids = list(held.values_list("pk", flat=True)[: self.HELD_ITEMS_SHOWN + 1])
         if not ids:
-            return display.EMPTY
+            return EMPTY
         links = [display.work_item_link(self.admin_site.name, pk) for pk in ids]
         more = ""
         if len(ids) > self.HELD_ITEMS_SHOWN:

@@ -3,7 +3,7 @@ it cannot serve quickly."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
@@ -11,8 +11,13 @@ from django.utils.functional import cached_property
 
 from ..storage import storage_for
 
+if TYPE_CHECKING:
+    _Paginator = Paginator[Any]
+else:  # Django's Paginator is not subscriptable at run time
+    _Paginator = Paginator
 
-class EstimatedCountPaginator(Paginator):
+
+class EstimatedCountPaginator(_Paginator):
     """Counts exactly up to `exact_limit` rows, then asks the planner.
 
     The exact count is `SELECT COUNT(*) FROM (... LIMIT n + 1)`, cheap whatever

@@ -10,7 +10,8 @@ settings (`leasing.ticks`), so bad input is a field error, never a 500.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -43,11 +44,18 @@ from ..ticks import (
 from . import display
 from .guards import first_unstorable, not_integer_ids, refusal_message
 
+if TYPE_CHECKING:
+    _ModelForm = forms.ModelForm[Schedule]
+    _ModelAdmin = admin.ModelAdmin[Schedule]
+else:  # Django's classes are not subscriptable at run time
+    _ModelForm = forms.ModelForm
+    _ModelAdmin = admin.ModelAdmin
+
 DEFINITION = ("work_type", "cron", "every", "timezone", "payload", "queue_name", "missed")
 TIMING = ("cron", "every", "timezone")
 
 
-def _field(parse: Any, value: Any, *args: Any) -> Any:
+def _field[T](parse: Callable[..., T], value: Any, *args: Any) -> T:
     """Run a parser, turning its InvalidInput into the field's ValidationError."""
     try:
         return parse(*args, value)
@@ -79,7 +87,7 @@ class PayloadField(forms.JSONField):
         return InvalidJSONInput(data)
 
 
-class ScheduleForm(forms.ModelForm):
+class ScheduleForm(_ModelForm):
     class Meta:
         model = Schedule
         fields = ("name", *DEFINITION, "enabled")
@@ -126,7 +134,8 @@ class ScheduleForm(forms.ModelForm):
         return _field(parse_payload, self.cleaned_data.get("payload"))
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if "work_type" not in self.fields:
             return data  # a settings schedule: only `enabled` is on the form
         if self.errors:
@@ -157,7 +166,7 @@ class ScheduleForm(forms.ModelForm):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(_ModelAdmin):
     form = ScheduleForm
     list_display = (
         "name",
@@ -180,6 +189,7 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         name = first_unstorable(request.GET, request.POST)
+        refusal: str | None
         if name is not None:
             refusal = refusal_message(f"parameter {name}")
         else:

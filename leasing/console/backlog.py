@@ -67,15 +67,15 @@ def pending_pairs(*, using: str = "default") -> tuple[PendingPair, ...]:
         )
     ):
         pairs[(r["queue_name"], r["work_type"])] = {**r, "blocked": 0}
-    for r in (
+    for b in (
         pending.filter(dependencies_left__gt=0)
         .values("queue_name", "work_type")
         .annotate(n=Count("*"))
     ):
         pair = pairs.setdefault(
-            (r["queue_name"], r["work_type"]), {"n": 0, "deferred": 0, "oldest": None}
+            (b["queue_name"], b["work_type"]), {"n": 0, "deferred": 0, "oldest": None}
         )
-        pair["blocked"] = r["n"]
+        pair["blocked"] = b["n"]
     return tuple(
         PendingPair(
             queue, work_type, p["n"] + p["blocked"], p["deferred"], p["blocked"], p["oldest"]

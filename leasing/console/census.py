@@ -154,7 +154,12 @@ def item_census(*, using: str = "default") -> ItemCensus:
     for row in rows:
         per_status[row["status"]] += row["n"]
     return ItemCensus(
-        statuses=StatusCounts(**{s: per_status.get(s, 0) for s in STATUSES}),
+        statuses=StatusCounts(
+            pending=per_status.get(WorkItemStatus.PENDING, 0),
+            in_progress=per_status.get(WorkItemStatus.IN_PROGRESS, 0),
+            completed=per_status.get(WorkItemStatus.COMPLETED, 0),
+            failed=per_status.get(WorkItemStatus.FAILED, 0),
+        ),
         retries=_distribution(rows),
         claims_total=int(sum(row["tokens"] or 0 for row in rows)),
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -67,7 +68,7 @@ ENDINGS = {
 }
 
 
-def _ended(snapshot: dict[str, Any], row: dict[str, Any], token: int) -> Attempt:
+def _ended(snapshot: dict[str, Any], row: Mapping[str, Any], token: int) -> Attempt:
     """An attempt an `error_boundary` checkpoint records (snapshots before `reason` existed
     were the worker's handler errors)."""
     reason = snapshot.get("reason") or "handler_error"
@@ -92,7 +93,7 @@ def _ended(snapshot: dict[str, Any], row: dict[str, Any], token: int) -> Attempt
     return Attempt(token, worker, started, row["created_at"], outcome, level)
 
 
-def _operator_event(snapshot: dict[str, Any], row: dict[str, Any]) -> Attempt:
+def _operator_event(snapshot: dict[str, Any], row: Mapping[str, Any]) -> Attempt:
     action = str(snapshot.get("action", "operator action")).replace("_", "-")
     outcome = f"{action} by {snapshot.get('actor', '?')}: {snapshot.get('reason', '')}"
     claimed = snapshot.get("old_status") == WorkItemStatus.IN_PROGRESS
@@ -101,7 +102,7 @@ def _operator_event(snapshot: dict[str, Any], row: dict[str, Any]) -> Attempt:
     return Attempt(token, worker, None, row["created_at"], outcome, "info")
 
 
-def _recorded(row: dict[str, Any]) -> Attempt | None:
+def _recorded(row: Mapping[str, Any]) -> Attempt | None:
     """The attempt (or operator event) a checkpoint records."""
     snapshot = row["snapshot_data"] if isinstance(row["snapshot_data"], dict) else {}
     token = snapshot.get("lease_token")
@@ -181,6 +182,7 @@ def _with_events(attempts: list[Attempt], events: list[Attempt]) -> list[Attempt
     """Operator events placed after the last attempt that ended before them."""
     merged = list(attempts)
     for event in events:
+        assert event.ended_at is not None  # an operator event is dated by its checkpoint
         position = len(merged)
         for index, attempt in enumerate(merged):
             if attempt.ended_at is not None and attempt.ended_at > event.ended_at:
@@ -190,7 +192,7 @@ def _with_events(attempts: list[Attempt], events: list[Attempt]) -> list[Attempt
     return merged
 
 
-def _last_error(rows: list[dict[str, Any]]) -> LastError | None:
+def _last_error(rows: Sequence[Mapping[str, Any]]) -> LastError | None:
     for row in reversed(rows):
         snapshot = row["snapshot_data"] if isinstance(row["snapshot_data"], dict) else {}
         if row["checkpoint_type"] != CheckpointType.ERROR_BOUNDARY:

@@ -24,8 +24,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..models import Checkpoint, CheckpointType, Worker, WorkItem, WorkItemStatus
+from ..services.rollups import FinishedGroup
 from .finished import (
-    FinishedGroup,
     FinishedWindow,
     finished_for,
     finished_window,

@@ -96,7 +96,7 @@ def _axis_seconds(largest: float) -> float:
         return float(nice_ceiling(largest))
     if largest <= 0:
         return 1.0
-    exponent = 10 ** math.floor(math.log10(largest))
+    exponent = 10.0 ** math.floor(math.log10(largest))
     return next(round(m * exponent, 6) for m in (1, 2, 5, 10) if m * exponent >= largest)
 
 

@@ -108,8 +108,8 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
         .order_by(F("last_scan_at").desc(nulls_last=True), "-last_seen_at")[:20]
     )
     sweepers = sorted((_process(r, now) for r in rows), key=lambda s: not s.liveness.silent)
-    scanned = [s for s in sweepers if s.last_scan_at is not None]
-    freshest = max(scanned, key=lambda s: s.last_scan_at) if scanned else None
+    scanned = [(s.last_scan_at, s) for s in sweepers if s.last_scan_at is not None]
+    freshest = max(scanned, key=lambda pair: pair[0])[1] if scanned else None
     if freshest is None:
         interval = get_settings().sweep_interval
         since = None
@@ -195,6 +195,7 @@ def live_workers(
     per_holder: dict[str, dict[str, int]] = {}
     ids: dict[str, list[str]] = defaultdict(list)
     for holder, item_id, held, held_expired in leases:
+        assert holder is not None  # CHECK work_items_in_progress_has_lease
         per_holder[holder] = {"n": held, "expired": held_expired or 0}
         ids[holder].append(item_id)
     rows = list(

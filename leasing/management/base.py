@@ -3,7 +3,9 @@ errors and the default logging of the long-running commands.
 
 A command given bad options exits non-zero with one line saying what is
 wrong, so the parser prints `<command>: error: <what>` without the usage
-block, and `CommandError`s raised while validating look the same.
+block, and `CommandError`s raised while validating look the same. A flag a
+command no longer takes (its `removed_flags`) is answered with what replaced
+it, usually the LEASING setting to set instead.
 
 Logging: when the project's LOGGING says nothing about the `leasing` loggers
 (and the root logger has no handler), `runworker` and `recoverysweep` log to
@@ -18,22 +20,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import math
 import sys
-from collections.abc import Iterator
-from typing import IO, Any, NoReturn
+from collections.abc import Iterator, Mapping
+from typing import IO, Any, ClassVar, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
 
 
 def positive_int(text: str) -> int:
@@ -43,16 +34,6 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more, got {text!r}")
     return value
 
 
@@ -111,8 +92,47 @@ def default_logging(verbosity: int, stream: IO[str] | None = None) -> Iterator[b
         logger.setLevel(logging.NOTSET)
 
 
+UNRECOGNIZED = "unrecognized arguments: "
+
+
+def removed_flag_message(message: str, removed_flags: Mapping[str, str]) -> str:
+    """argparse's "unrecognized arguments" error, saying what replaced each removed flag."""
+    if not message.startswith(UNRECOGNIZED):
+        return message
+    words = message.removeprefix(UNRECOGNIZED).split()
+    hints = []
+    for word in words:
+        flag = word.split("=", 1)[0]
+        if flag in removed_flags:
+            hints.append(f"{flag} was removed: {removed_flags[flag].rstrip('.')}")
+    if not hints:
+        return message
+    unknown = [
+        word
+        for word in words
+        if word.startswith("-")
+        and word.split("=", 1)[0] not in removed_flags
+        and not _is_number(word)
+    ]
+    if unknown:
+        hints.append(UNRECOGNIZED + " ".join(unknown))
+    return "; ".join(hints)
+
+
+def _is_number(word: str) -> bool:
+    """A value such as -1 (argparse lists it with the flag it followed)."""
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 class OneLineErrorParser(CommandParser):
+    removed_flags: Mapping[str, str] = {}
+
     def error(self, message: str) -> NoReturn:
+        message = removed_flag_message(message, self.removed_flags)
         if self.called_from_command_line:
             sys.stderr.write(f"{self.prog}: error: {message}\n")
             sys.exit(2)
@@ -129,6 +149,8 @@ class LeasingCommand(BaseCommand):
     """
 
     requires_system_checks: list[str] = []
+    # Flags this command took in earlier releases -> what to do instead (the error says it).
+    removed_flags: ClassVar[Mapping[str, str]] = {}
 
     def default_logging(self, verbosity: int) -> contextlib.AbstractContextManager[bool]:
         """The default logging of the long-running commands (see the module docstring)."""
@@ -149,4 +171,5 @@ class LeasingCommand(BaseCommand):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         # BaseCommand builds a plain CommandParser; the subclass only changes error().
         parser.__class__ = OneLineErrorParser
+        parser.removed_flags = self.removed_flags
         return parser

@@ -10,14 +10,22 @@ they are the conditional statements of `leasing.sql`, called by
 admin and console share.
 """
 
-from .checkpoints import Checkpoint, CheckpointQuerySet, CheckpointType
+from ..states import (
+    CheckpointType,
+    IdempotencyStatus,
+    LeaseHealth,
+    WorkerRole,
+    WorkerStatus,
+    WorkItemStatus,
+)
+from .checkpoints import Checkpoint, CheckpointQuerySet
 from .dependencies import WorkItemDependency
-from .idempotency import IdempotencyKey, IdempotencyKeyQuerySet, IdempotencyStatus
+from .idempotency import IdempotencyKey, IdempotencyKeyQuerySet
 from .pauses import Pause, PauseQuerySet
-from .processes import Worker, WorkerQuerySet, WorkerRole, WorkerStatus
+from .processes import Worker, WorkerQuerySet
 from .rollups import FinishedHour, RollupMark
 from .schedules import MissedPolicy, Schedule
-from .work_items import LeaseHealth, WorkItem, WorkItemQuerySet, WorkItemStatus
+from .work_items import WorkItem, WorkItemQuerySet
 
 __all__ = [
     "Checkpoint",

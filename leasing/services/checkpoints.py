@@ -126,11 +126,13 @@ def create_checkpoint(
                 task_id=task_id,
                 item_id=item_id,
                 checkpoint_type=checkpoint_type,
-                snapshot_json=snapshot_json,  # type: ignore[arg-type]
+                snapshot_json=snapshot_json,
                 metadata_json=metadata_json,
             ),
         )
     assert row is not None
+    created_at = to_datetime(row["created_at"])
+    assert created_at is not None  # a NOT NULL column
     # Models load only after django.setup(); this module must import before it.
     from ..models import Checkpoint
 
@@ -142,7 +144,7 @@ def create_checkpoint(
         sequence_number=row["sequence_number"],
         snapshot_data=snapshot,
         metadata=metadata,
-        created_at=to_datetime(row["created_at"]),
+        created_at=created_at,
     )
     checkpoint._state.adding = False
     checkpoint._state.db = using

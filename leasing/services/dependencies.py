@@ -45,11 +45,13 @@ def finish_with_dependents(using: str, statement: Statement) -> dict[str, Any] |
 
 
 def _completed(row: dict[str, Any]) -> bool:
-    return row["status"] == WorkItemStatus.COMPLETED
+    status: str = row["status"]
+    return status == WorkItemStatus.COMPLETED
 
 
 def _failed(row: dict[str, Any]) -> bool:
-    return row["status"] == WorkItemStatus.FAILED
+    status: str = row["status"]
+    return status == WorkItemStatus.FAILED
 
 
 def settle(using: str, *, completed: Iterable[str] = (), failed: Iterable[str] = ()) -> list[str]:

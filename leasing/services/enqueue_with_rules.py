@@ -120,7 +120,7 @@ def _lock_dependencies(batch: _Batch, ids: list[str]) -> None:
 
 def _find_period_holders(batch: _Batch) -> None:
     period = {
-        item.unique_key: index
+        _unique(item)[0]: index
         for index, item in enumerate(batch.items)
         if item.unique_scope == UniqueScope.PERIOD and index not in batch.alias
     }
@@ -130,7 +130,13 @@ def _find_period_holders(batch: _Batch) -> None:
     _holders(batch, period, UniqueScope.PERIOD)
 
 
-def _holders(batch: _Batch, positions: dict[Any, int], scope: str) -> None:
+def _unique(item: NewItem) -> tuple[str, str]:
+    """The unique key and scope of an item that has them (`item_rules` sets both or neither)."""
+    assert item.unique_key is not None and item.unique_scope is not None
+    return item.unique_key, item.unique_scope
+
+
+def _holders(batch: _Batch, positions: dict[str, int], scope: str) -> None:
     """Look up the holders of these keys (key -> position) of one scope."""
     statement = unique_sql.holders(batch.d, sorted(positions), scope, batch.columns)
     for row in run(batch.using, statement):
@@ -150,9 +156,10 @@ def _insert_rows(batch: _Batch) -> None:
         skipped = [i for i in todo if items[i].work_item_id not in inserted]
         if not skipped:
             return
-        for scope in {items[i].unique_scope for i in skipped}:
-            keys = {items[i].unique_key: i for i in skipped if items[i].unique_scope == scope}
-            _holders(batch, keys, scope)  # type: ignore[arg-type]
+        # Only a held unique key makes the insert skip a row.
+        for scope in {_unique(items[i])[1] for i in skipped}:
+            keys = {_unique(items[i])[0]: i for i in skipped if items[i].unique_scope == scope}
+            _holders(batch, keys, scope)
         todo = [i for i in skipped if i not in batch.existing]
         if not todo:
             return
@@ -164,7 +171,7 @@ def _insert_rows(batch: _Batch) -> None:
 
 def _provisional(batch: _Batch, index: int) -> int:
     """Dependencies not completed, counting every dependency in the batch (settled later)."""
-    left = set()
+    left: set[str | int] = set()
     for dep in batch.items[index].depends_on:
         if isinstance(dep, str):
             if batch.status[dep] != WorkItemStatus.COMPLETED:
@@ -212,6 +219,7 @@ def _settle(batch: _Batch) -> dict[int, tuple[int, bool]]:
     for index in _dependencies_first(graph, new):
         left, cause = 0, None
         for dep in needs[index]:
+            status: str
             if dep in position_of:
                 dep_failed = states[position_of[dep]][1]
                 status = WorkItemStatus.FAILED if dep_failed else WorkItemStatus.PENDING
@@ -284,7 +292,8 @@ def _returned(batch: _Batch) -> list[WorkItem]:
 def _columns() -> str:
     from ..models import WorkItem
 
-    return ", ".join(f.column for f in WorkItem._meta.concrete_fields)
+    # A concrete field is one that has a column.
+    return ", ".join(f.column for f in WorkItem._meta.concrete_fields if f.column is not None)
 
 
 def _from_rows(using: str, rows: list[dict[str, Any]]) -> dict[str, WorkItem]:
@@ -297,6 +306,7 @@ def _from_rows(using: str, rows: list[dict[str, Any]]) -> dict[str, WorkItem]:
     table = WorkItem._meta.db_table
     converters = []
     for field in fields:
+        assert field.column is not None  # a concrete field has a column
         col = field.get_col(table)
         convs = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
         converters.append((field.column, col, convs))

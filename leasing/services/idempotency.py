@@ -173,7 +173,7 @@ def run_once(
     if task_id is not None:
         task_id = validation.non_empty_text("task_id", task_id)
     item_id: str | None = None
-    if hasattr(work_item, "work_item_id"):  # a WorkItem
+    if not isinstance(work_item, str | None) and hasattr(work_item, "work_item_id"):  # a WorkItem
         item_id = work_item.work_item_id
         task_id = task_id or work_item.task_id
     elif work_item is not None:

@@ -106,7 +106,9 @@ def finished_groups(
 def _fold(rows: Iterable[Mapping[str, Any]]) -> list[FinishedGroup]:
     groups: dict[tuple[datetime, str, str, str], dict[str, Any]] = {}
     for row in rows:
-        key = (to_datetime(row["bucket"]), row["queue_name"], row["work_type"], row["status"])
+        bucket = to_datetime(row["bucket"])
+        assert bucket is not None  # every finished item falls in a bucket
+        key = (bucket, row["queue_name"], row["work_type"], row["status"])
         group = groups.get(key)
         if group is None:
             group = groups[key] = {
@@ -150,9 +152,11 @@ def rolled_groups(start: datetime, end: datetime, *, using: str = "default") -> 
     groups = []
     for row in rows:
         retries, histogram, quarters = json.loads(row["extras"])
+        hour = to_datetime(row["hour"])
+        assert hour is not None  # a NOT NULL column
         groups.append(
             FinishedGroup(
-                start=to_datetime(row["hour"]),
+                start=hour,
                 queue_name=row["queue_name"],
                 work_type=row["work_type"],
                 status=row["status"],

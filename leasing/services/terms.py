@@ -25,7 +25,7 @@ def retry_backoff_seconds(retry_count: int) -> float:
     +/- RETRY_JITTER so that items failing together do not retry together.
     """
     conf = get_settings()
-    delay = min(conf.retry_backoff_base * (2 ** min(retry_count, 60)), conf.retry_backoff_max)
+    delay = min(conf.retry_backoff_base * (2.0 ** min(retry_count, 60)), conf.retry_backoff_max)
     spread = delay * conf.retry_jitter
     return max(0.0, delay + random.uniform(-spread, spread))
 

@@ -182,16 +182,19 @@ def to_datetime(value: Any) -> datetime | None:
     """An aware UTC datetime from a timestamp column read through a raw cursor."""
     if value is None:
         return None
+    moment: datetime
     if isinstance(value, str):
         parsed = parse_datetime(value)
         if parsed is None:
             raise ValueError(f"unparseable timestamp {value!r}")
-        value = parsed
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    if value.tzinfo is not UTC:  # a session time zone other than UTC
-        return value.astimezone(UTC)
-    return value
+        moment = parsed
+    else:
+        moment = value  # the driver's datetime
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    if moment.tzinfo is not UTC:  # a session time zone other than UTC
+        return moment.astimezone(UTC)
+    return moment
 
 
 def database_now(using: str = "default") -> datetime:

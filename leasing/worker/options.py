@@ -1,9 +1,11 @@
 """How a worker runs: the options as given, and the configuration resolved from them once.
 
-`runworker` (or an embedding program) fills `WorkerOptions`, where None means
-"the LEASING setting". `resolve()` validates every number once and builds
-the `WorkerConfig` the runtime uses: the handlers it serves, the lease terms
-of each work type, the claim filters.
+`runworker` fills `WorkerOptions` from its flags (what differs from one
+worker process to the next); everything else is a LEASING setting, which an
+embedding program or a test may override here (None means "the setting").
+`resolve()` validates every number once and builds the `WorkerConfig` the
+runtime uses: the handlers it serves, the lease terms of each work type, the
+claim filters.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from .. import validation
-from ..conf import LeasingSettings, get_settings
+from ..conf import MAX_PREFETCH, LeasingSettings, get_settings
 from ..exceptions import UnknownWorkType
 from ..handlers import HandlerRegistry, HandlerSpec
 from ..handlers import registry as handler_registry
@@ -36,9 +38,9 @@ class WorkerOptions:
     burst: bool = False
     worker_id: str | None = None
     shutdown_timeout: float | None = None
-    # Claimed-but-unstarted items beyond `concurrency`. None: adaptive, claim
-    # ahead only while handlers are fast, so slow work is never hoarded.
+    # Claimed-but-unstarted items beyond `concurrency` (LEASING["PREFETCH"]).
     prefetch: int | None = None
+    # Seconds between the summary lines the worker logs.
     summary_interval: float = 60.0
     listen: bool = True
     using: str = "default"
@@ -111,9 +113,9 @@ def resolve(
             "concurrency", options.concurrency, minimum=1, maximum=10_000
         ),
         prefetch=(
-            None
+            conf.prefetch
             if options.prefetch is None
-            else validation.integer("prefetch", options.prefetch, minimum=0, maximum=1000)
+            else validation.integer("prefetch", options.prefetch, minimum=0, maximum=MAX_PREFETCH)
         ),
         poll_interval=validation.positive_seconds(
             "poll_interval",

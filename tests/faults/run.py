@@ -87,7 +87,7 @@ def _roles(config: RunConfig, cluster: Cluster, bouncer: PgBouncer) -> list[Role
         }
 
     worker = ("runworker", "--concurrency", str(config.concurrency))
-    scheduler = ("runscheduler", "--interval", "0.5")
+    scheduler = ("runscheduler",)
     layout = [
         ("worker-direct", "worker", worker, False, 0.0),
         (SKEWED_WORKER, "worker", worker, False, config.skew),

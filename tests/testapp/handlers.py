@@ -210,3 +210,23 @@ def locked_once(ctx: WorkContext) -> Any:
             "database is locked"
         )
     return {"interruptions_before": ctx.lease.interruptions}
+
+
+# --- the example of docs/how-to/testing.md (tests/test_example_user_handlers.py) ---------
+
+
+@handler("example.send_welcome", max_retries=2)
+def send_welcome(ctx: WorkContext) -> Any:
+    """Mails a new user once, however often the item runs; fails while the address is bad."""
+    from django.core import mail
+
+    email = ctx.input["email"]
+    if "@" not in email:
+        raise PermanentError(f"not an address: {email!r}")
+    ctx.run_once(
+        f"welcome:{email}",
+        {"email": email},
+        lambda: mail.send_mail("Welcome", "Glad you are here.", None, [email]),
+    )
+    ctx.checkpoint("iteration_end", {"mailed": email})
+    return {"mailed": email}

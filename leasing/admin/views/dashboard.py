@@ -69,7 +69,7 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
         "data": data,
         "form": form,
         "window": window,
-        "window_label": dict(form.fields["window"].choices).get(window, f"{window} min"),
+        "window_label": DashboardForm.WINDOWS.get(window, f"{window} min"),
         "refresh": refresh,
         "tiles": tiles(data, context["changelist_url"]),
         "retry_chart": retry_chart(data.retries),

@@ -48,7 +48,7 @@ def errors_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Template
             {
                 "group": group,
                 "examples": [(pk, item_url(pk)) for pk in group.examples],
-                "retry_url": f"{retry_url}?{urlencode({'key': group.key, 'window': minutes})}",
+                "retry_url": f"{retry_url}?{urlencode({'key': group.key, 'window': str(minutes)})}",
             }
             for group in groups
         ],

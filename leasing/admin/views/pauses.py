@@ -67,7 +67,7 @@ def pauses_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> HttpResp
         probe = PauseForm({**request.GET.dict(), "reason": "-"})
         if not probe.is_valid():
             problems = "; ".join(
-                f"{field}: {' '.join(errors)}" for field, errors in probe.errors.items()
+                f"{field}: {' '.join(map(str, errors))}" for field, errors in probe.errors.items()
             )
             model_admin.message_user(
                 request, f"Nothing to confirm ({problems}); nothing was changed.", messages.ERROR
@@ -86,7 +86,7 @@ def pauses_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> HttpResp
 
 def _confirmation(request: HttpRequest, context: dict[str, Any], form: PauseForm) -> HttpResponse:
     data = form.data if form.is_bound else form.initial
-    kind = data.get("kind", "")
+    kind = data.get("kind") or ""
     action = data.get("action", "")
     context |= {
         "form": form,
@@ -114,6 +114,7 @@ def _apply(model_admin: WorkItemAdmin, request: HttpRequest, data: dict[str, Any
         row = Pause.objects.filter(kind=data["kind"], name=data["name"]).order_by("-id").first()
         if row is not None:
             verb = "Paused" if state.paused else "Resumed"
+            assert request.user.pk is not None  # the admin serves signed-in staff only
             LogEntry.objects.log_actions(
                 request.user.pk,
                 [row],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -14,6 +15,10 @@ from leasing.services.pauses import pause, resume
 
 
 def default_actor() -> str:
+    """Who pauses, for the audit: the OS user (under sudo, the one who ran sudo)."""
+    sudo_user = os.environ.get("SUDO_USER")
+    if sudo_user:
+        return f"{sudo_user} (sudo, manage.py pause)"
     try:
         return f"{getpass.getuser()} (manage.py pause)"
     except Exception:  # no user name in this environment
@@ -27,21 +32,45 @@ class Command(LeasingCommand):
         "enqueues go on. --list shows the active pauses."
     )
 
+    removed_flags = {
+        "--by": "the audit records the OS user running the command; from Python, "
+        "leasing.pause(..., by=...).",
+    }
+
     def add_arguments(self, parser: CommandParser) -> None:
         which = parser.add_mutually_exclusive_group(required=True)
-        which.add_argument("--queue", type=non_empty, help="The queue to pause or resume.")
-        which.add_argument("--work-type", type=non_empty, help="The work type to pause or resume.")
-        which.add_argument("--list", action="store_true", help="List the active pauses and exit.")
-        parser.add_argument("--resume", action="store_true", help="Resume instead of pausing.")
-        parser.add_argument(
-            "--reason", help="Why (required with --queue or --work-type; kept for the audit)."
+        which.add_argument(
+            "--queue",
+            type=non_empty,
+            help="The queue to pause or resume: stop its claims during an outage of what its "
+            "handlers call.",
         )
-        parser.add_argument("--by", help="Who is pausing or resuming (default: the OS user name).")
+        which.add_argument(
+            "--work-type",
+            type=non_empty,
+            help="The work type to pause or resume: stop a handler that misbehaves until a fix "
+            "is deployed.",
+        )
+        which.add_argument(
+            "--list",
+            action="store_true",
+            help="List the active pauses and exit: what is paused, since when, by whom, why.",
+        )
+        parser.add_argument(
+            "--resume",
+            action="store_true",
+            help="Resume instead of pausing: claims start again at the workers' next claim.",
+        )
+        parser.add_argument(
+            "--reason",
+            help="Why (required with --queue or --work-type): kept for the audit, shown in the "
+            "console.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["list"]:
-            if options["resume"] or options["reason"] or options["by"]:
-                raise CommandError("--list takes no --resume, --reason or --by.")
+            if options["resume"] or options["reason"]:
+                raise CommandError("--list takes no --resume or --reason.")
             self._list()
             return
         if options["reason"] is None:
@@ -51,7 +80,7 @@ class Command(LeasingCommand):
             state = action(
                 queue=options["queue"],
                 work_type=options["work_type"],
-                by=options["by"] if options["by"] is not None else default_actor(),
+                by=default_actor(),
                 reason=options["reason"],
             )
         except InvalidInput as exc:

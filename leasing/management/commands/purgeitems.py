@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from leasing.exceptions import InvalidInput
-from leasing.management.base import LeasingCommand, positive_int
+from leasing.management.base import LeasingCommand
 from leasing.services.retention import FINISHED, parse_age, purge_finished_items
 
 
@@ -25,25 +25,32 @@ class Command(LeasingCommand):
         "with their checkpoints, in short batches."
     )
 
+    removed_flags = {
+        "--batch-size": "each transaction deletes at most 5000 rows; from Python, "
+        "leasing.services.retention.purge_finished_items(batch_size=...).",
+    }
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--older-than",
             type=age,
             required=True,
-            help="Age of finished items to delete: 30d, 12h, 90m, 45s, 2w.",
+            help="Age of finished items to delete: 30d, 12h, 90m, 45s, 2w. How long finished "
+            "items stay visible in the console and to dependents.",
         )
         parser.add_argument(
             "--status",
             dest="statuses",
             action="append",
             choices=FINISHED,
-            help="Only this status (repeatable). Default: completed and failed.",
+            help="Only this status (repeatable), e.g. keep failed items longer than completed "
+            "ones. Default: completed and failed.",
         )
         parser.add_argument(
-            "--batch-size", type=positive_int, default=5000, help="Rows per transaction."
-        )
-        parser.add_argument(
-            "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
+            "--dry-run",
+            action="store_true",
+            help="Count what would be deleted and delete nothing: check a retention rule "
+            "before cron runs it.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -51,7 +58,6 @@ class Command(LeasingCommand):
             stats = purge_finished_items(
                 options["older_than"],
                 statuses=options["statuses"] or FINISHED,
-                batch_size=options["batch_size"],
                 dry_run=options["dry_run"],
             )
         except InvalidInput as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import signal
+import socket
 import threading
 from typing import Any
 
@@ -22,7 +23,8 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from leasing.exceptions import DatabaseUnavailable, InvalidInput, ProcessIdInUse
-from leasing.management.base import LeasingCommand, positive_float, positive_int
+from leasing.management.base import LeasingCommand
+from leasing.states import WorkerRole
 from leasing.sweep import RecoveryStats, RecoverySweep, describe
 from leasing.sweep.schedule import schedule_sweep
 
@@ -33,6 +35,11 @@ DJANGO_Q_SETUP = (
     "pip install 'django-leasing[schedule]', add \"django_q\" to INSTALLED_APPS "
     "(a Q_CLUSTER setting configures it), run manage.py migrate, then run manage.py qcluster"
 )
+
+
+def once_worker_id() -> str:
+    """The id the `--once` passes of this host share."""
+    return f"{WorkerRole.SWEEPER}@{socket.gethostname()}:once"
 
 
 def require_django_q(using: str) -> None:
@@ -64,51 +71,42 @@ class Command(LeasingCommand):
         "keys and mark silent workers lost."
     )
 
+    removed_flags = {
+        "--interval": "set LEASING['SWEEP_INTERVAL'].",
+        "--retention": "set LEASING['CHECKPOINT_RETENTION'].",
+        "--batch-size": "set LEASING['SWEEP_BATCH_SIZE'].",
+        "--no-checkpoints": "the command always records each recovery; from Python, "
+        "RecoverySweep(create_checkpoints=False).",
+        "--no-cleanup": "set LEASING['CHECKPOINT_RETENTION'] to keep more checkpoints; from "
+        "Python, RecoverySweep(cleanup_old_checkpoints=False).",
+        "--worker-id": "the --once passes of a host share one id (sweeper@HOST:once); from "
+        "Python, RecoverySweep(worker_id=...).",
+    }
+
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--once", action="store_true", help="Run one pass and exit.")
         parser.add_argument(
-            "--interval",
-            type=positive_float,
-            metavar="S",
-            help="Seconds between passes (default: LEASING['SWEEP_INTERVAL'], 60).",
-        )
-        parser.add_argument(
-            "--retention",
-            type=positive_int,
-            metavar="N",
-            help="Checkpoints kept per task (default: LEASING['CHECKPOINT_RETENTION'], 100).",
-        )
-        parser.add_argument(
-            "--batch-size",
-            type=positive_int,
-            metavar="N",
-            help="Items recovered per transaction (default: LEASING['SWEEP_BATCH_SIZE'], 2000).",
-        )
-        parser.add_argument(
-            "--no-checkpoints",
+            "--once",
             action="store_true",
-            help="Do not write an error_boundary checkpoint per recovered item.",
+            help="Run one pass and exit: for cron, or a sweep run by hand after an incident.",
         )
         parser.add_argument(
-            "--no-cleanup",
+            "--json",
             action="store_true",
-            help="Do not prune checkpoints beyond the retention limit.",
-        )
-        parser.add_argument(
-            "--json", action="store_true", help="Print each pass's stats as one JSON object."
+            help="Print each pass's stats as one JSON object, for a script or a monitor to read.",
         )
         parser.add_argument(
             "--schedule",
             action="store_true",
-            help=(
-                "Create or update the django-q2 schedule that runs one pass every --interval "
-                "(rounded up to whole minutes) and exit; qcluster then does the sweeping."
-            ),
+            help="Create or update the django-q2 schedule that runs one pass every "
+            "LEASING['SWEEP_INTERVAL'] (rounded up to whole minutes) and exit, so a site that "
+            "already runs qcluster needs no sweep process.",
         )
         parser.add_argument(
-            "--worker-id", help="The sweep's id in the workers table (default: generated)."
+            "--database",
+            default="default",
+            help="The database alias to sweep, when the leasing tables live in another "
+            "database than the default one.",
         )
-        parser.add_argument("--database", default="default", help="Database alias to sweep.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         with self.default_logging(options["verbosity"]):
@@ -126,13 +124,10 @@ class Command(LeasingCommand):
             return
         try:
             sweep = RecoverySweep(
-                scan_interval_seconds=options["interval"],
-                create_checkpoints=not options["no_checkpoints"],
-                cleanup_old_checkpoints=not options["no_cleanup"],
-                checkpoint_retention_limit=options["retention"],
                 using=options["database"],
-                batch_size=options["batch_size"],
-                worker_id=options["worker_id"],
+                # One row in the workers table for all the --once passes of a host (cron),
+                # not one per pass.
+                worker_id=once_worker_id() if options["once"] else None,
                 on_scan=self._printer(options["json"]),
             )
         except InvalidInput as exc:
@@ -161,7 +156,7 @@ class Command(LeasingCommand):
     def _run_until_signalled(self, sweep: RecoverySweep) -> None:
         stop = threading.Event()
 
-        def on_signal(signum: int, frame: Any) -> None:
+        def on_signal(signum: int, _frame: Any) -> None:
             # A second signal gets the default behaviour: exit at once.
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -194,13 +189,7 @@ class Command(LeasingCommand):
 
     def _schedule(self, options: dict[str, Any]) -> None:
         try:
-            schedule, created = schedule_sweep(
-                interval_seconds=options["interval"],
-                retention=options["retention"],
-                create_checkpoints=not options["no_checkpoints"],
-                cleanup_old_checkpoints=not options["no_cleanup"],
-                using=options["database"],
-            )
+            schedule, created = schedule_sweep(using=options["database"])
         except InvalidInput as exc:
             raise CommandError(str(exc)) from exc
         verb = "Created" if created else "Updated"

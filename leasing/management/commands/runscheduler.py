@@ -1,7 +1,6 @@
 """`python manage.py runscheduler`: enqueue the ticks of the schedules.
 
     manage.py runscheduler                 # sync LEASING["SCHEDULES"], then a pass every second
-    manage.py runscheduler --interval 5    # a pass every 5 seconds
     manage.py runscheduler --once          # sync and one pass, then exit (cron, tests)
 
 Run one or several (on any hosts, for availability): each tick is enqueued
@@ -12,7 +11,6 @@ the current pass and exits 0; a second signal exits at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
@@ -22,13 +20,14 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from leasing.exceptions import DatabaseUnavailable, InvalidInput
-from leasing.management.base import LeasingCommand, positive_float
+from leasing.management.base import LeasingCommand
 from leasing.services.schedules import Fired, run_due, sync_from_settings
 from leasing.sql.runner import close_connection, is_infrastructure_error
 
 logger = logging.getLogger("leasing.schedules")
 
-DEFAULT_INTERVAL = 1.0
+# Seconds between passes: a tick is enqueued at most this late.
+PASS_INTERVAL = 1.0
 
 
 class Command(LeasingCommand):
@@ -37,25 +36,25 @@ class Command(LeasingCommand):
         "the admin's Schedules). Several may run at once: each tick is enqueued once."
     )
 
+    removed_flags = {
+        "--interval": f"the scheduler makes a pass every {PASS_INTERVAL:g}s.",
+        "--no-sync": "the scheduler always syncs LEASING['SCHEDULES'] first.",
+        "--json": "each tick enqueued is one line of the output: schedule, tick -> item id.",
+    }
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--interval",
-            type=positive_float,
-            default=DEFAULT_INTERVAL,
-            metavar="S",
-            help=f"Seconds between passes (default {DEFAULT_INTERVAL:g}); a tick is enqueued "
-            "at most this late.",
-        )
-        parser.add_argument("--once", action="store_true", help="Run one pass and exit.")
-        parser.add_argument(
-            "--no-sync",
+            "--once",
             action="store_true",
-            help="Do not sync LEASING['SCHEDULES'] into the table first.",
+            help="Sync the schedules, make one pass and exit: for cron instead of a "
+            "long-running process.",
         )
         parser.add_argument(
-            "--json", action="store_true", help="Print each enqueued tick as one JSON line."
+            "--database",
+            default="default",
+            help="The database alias to use, when the leasing tables live in another "
+            "database than the default one.",
         )
-        parser.add_argument("--database", default="default", help="Database alias to use.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         with self.default_logging(options["verbosity"]):
@@ -66,12 +65,10 @@ class Command(LeasingCommand):
         if using not in connections:
             raise CommandError(f"--database {using!r} is not in settings.DATABASES.")
         self.run_leasing_checks()
-        self.as_json = options["json"]
         try:
-            if not options["no_sync"]:
-                result = sync_from_settings(using=using)
-                if result.removed:
-                    logger.info("schedules no longer in the settings removed: %s", result.removed)
+            result = sync_from_settings(using=using)
+            if result.removed:
+                logger.info("schedules no longer in the settings removed: %s", result.removed)
             if options["once"]:
                 self._report(run_due(using=using))
                 return
@@ -79,27 +76,24 @@ class Command(LeasingCommand):
             raise CommandError(str(exc)) from exc
         except (DatabaseUnavailable, DatabaseError) as exc:
             raise CommandError(f"database {using!r}: {exc}".splitlines()[0]) from exc
-        self._loop(using, options["interval"])
+        self._loop(using, PASS_INTERVAL)
 
     def _report(self, fired: list[Fired]) -> None:
+        if self.verbosity_level <= 0:
+            return
         for f in fired:
-            if self.as_json:
-                line = {
-                    "schedule": f.schedule,
-                    "tick": f.tick.isoformat(),
-                    "work_item_id": f.work_item_id,
-                    "ticks": f.ticks,
-                    "duplicate": f.duplicate,
-                }
-                self.stdout.write(json.dumps(line, sort_keys=True))
-            elif self.verbosity_level > 0:
-                self.stdout.write(f"{f.schedule} {f.tick.isoformat()} -> {f.work_item_id}")
+            line = f"{f.schedule} {f.tick.isoformat()} -> {f.work_item_id}"
+            if f.ticks > 1:
+                line += f" (stands for {f.ticks} ticks)"
+            if f.duplicate:
+                line += " (already enqueued)"
+            self.stdout.write(line)
         self.stdout.flush()
 
     def _loop(self, using: str, interval: float) -> None:
         stop = threading.Event()
 
-        def on_signal(signum: int, frame: Any) -> None:
+        def on_signal(signum: int, _frame: Any) -> None:
             # A second signal gets the default behaviour: exit at once.
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -306,7 +306,8 @@ class PostgresStorage(Storage):
         try:
             with connections[self.using].cursor() as cursor:
                 cursor.execute(writes.PRIMARY_SQL)
-                return cursor.fetchone()[0]
+                lsn: str | None = cursor.fetchone()[0]
+                return lsn
         except DatabaseError:
             return None
 

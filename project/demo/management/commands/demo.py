@@ -35,7 +35,6 @@ from project.demo.supervisor import Child, Supervisor
 DEMO_USER = "demo"
 DEMO_PASSWORD = "leasing-demo"
 EXPIRED_FOR = 60.0  # seconds the expired lease stays on the dashboard before the sweep starts
-SWEEP_INTERVAL = 5.0
 
 SAMPLE_ITEMS = [
     {"task_id": "demo-sleep-1", "work_type": "demo.sleep", "input_data": {"seconds": 0.5}},
@@ -157,6 +156,7 @@ def demo_children(port: int, expired_for: float) -> list[Child]:
         Child("worker", [*manage, "runworker", "--concurrency", "2"]),
     ]
     if "recoverysweep" in get_commands():
-        sweep = [*manage, "recoverysweep", "--interval", f"{SWEEP_INTERVAL:g}"]
+        # Its first pass, as it starts, recovers the expired lease.
+        sweep = [*manage, "recoverysweep"]
         children.append(Child("recovery sweep", sweep, start_after=expired_for))
     return children
