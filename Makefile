@@ -47,6 +47,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(MAKE) --no-print-directory deadcode
 	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) manage.py makemigrations --check --dry-run
 
 # Dead code in leasing/ (vulture): code nothing in the app calls. What Django, the

@@ -149,11 +149,6 @@ class LeasingSettings:
     #: switched off for the deployment).
     extender_enabled: bool = True
 
-    @property
-    def retry_jitter(self) -> float:
-        """The retired RETRY_JITTER setting's fixed value (`RETRY_JITTER`)."""
-        return RETRY_JITTER
-
 
 # Seconds: positive, and no more than any `validation.positive_seconds` at run time takes.
 _SECONDS = {

@@ -182,12 +182,6 @@ class HandlerRegistry:
         self.load_settings()
         return [self._specs[t] for t in sorted(self._specs)]
 
-    def expiry_policy(self, work_type: str) -> ExpiryPolicy:
-        """What an expired lease means for this type; unknown types are retried."""
-        self.load_settings()
-        spec = self._specs.get(work_type)
-        return spec.on_lease_expired if spec else "retry"
-
     def fail_on_expiry_types(self) -> list[str]:
         """Work types whose expired items the sweep fails instead of retrying."""
         self.load_settings()

@@ -179,8 +179,6 @@ TRANSITIONS: tuple[Transition, ...] = (
     DEPENDENCY_FAILED,
     PURGE,
 )
-# The transitions that put an item back to pending: each checks its unique key.
-RETURNS_TO_PENDING = (FAIL_ATTEMPT, HAND_BACK, EXPIRE, FORCE_RELEASE, RETRY_FAILED)
 
 
 def allowed_moves() -> set[tuple[str, str]]:
@@ -277,13 +275,6 @@ GUARDS: tuple[Guard, ...] = (
         },
     ),
 )
-
-
-def by_name(name: str) -> Transition:
-    for transition in TRANSITIONS:
-        if transition.name == name:
-            return transition
-    raise KeyError(name)
 
 
 __all__ = [

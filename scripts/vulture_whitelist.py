@@ -172,6 +172,17 @@ _.wait_lease_lost
 _.assertEnqueued  # leasing.testing, in users' tests
 _.assertNotEnqueued
 _.handed_back
+_.renew_lease  # LeaseManager.renew_lease (the spec's API; the keepers renew in batches)
+_.extensions  # LeaseExtender.extensions: how many extensions it made
+_.on_failure  # leasing.waiting_on(...).on_failure
+_.RESTING  # leasing.transitions: the statuses a row may rest in (the tests' database guard)
+_.LISTENING  # sql/wakes.py: matches listener sessions in pg_stat_activity (monitoring, bench)
+
+# --- The console's read models: facts a read computed, which the tests check ---------------
+_.oldest_created_at  # console/backlog.py
+_.rolled_through  # console/finished.py
+_.threshold_seconds  # console/processes.py
+_.payload_included  # console/timeline.py
 _.WAIT  # leasing.states: values users pass (on_dependency_failure, checkpoint types)
 _.ITERATION_START
 _.TOOL_EXECUTED

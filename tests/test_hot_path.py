@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from leasing import LeaseManager, enqueue, enqueue_many
 from leasing.exceptions import DatabaseUnavailable
 from leasing.models import WorkItem
-from leasing.services.held import Lease, lease_from_row, leases_from_rows
+from leasing.services.held import Lease, leases_from_rows
 from leasing.sql.runner import run, run_rows
 from leasing.sql.work_items import LEASE_COLUMNS
 from leasing.storage.postgres import CLAIM_PLANNER_OFF
@@ -62,7 +62,7 @@ def test_every_lease_field_is_read_from_its_own_column_position():
     row = tuple(
         json.dumps(expected[c]) if c == "input_data" else expected[c] for c in LEASE_COLUMNS
     )
-    lease = lease_from_row(row, "the-worker")
+    [lease] = leases_from_rows([row], "the-worker")
     for field, column in FIELD_COLUMN.items():
         assert getattr(lease, field) == expected[column], field
     assert lease.worker_id == "the-worker"

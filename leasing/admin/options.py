@@ -100,7 +100,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
         """Django's row checkbox, written directly.
 
         The stock one renders a form widget through the template engine for
-        every row, a fifth of the time of a 50-row list page.
+        every row, a large share of a list page's time.
         """
         label = format_html(gettext("Select this object for an action - {}"), str(obj))
         return format_html(

@@ -259,7 +259,7 @@ class ScheduleAdmin(_ModelAdmin):
         if obj.pk:
             obj.refresh_from_db()  # show what the service wrote (next_run_at, ...)
 
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+    def save_related(self, request: HttpRequest, form: Any, _formsets: Any, change: bool) -> None:
         pass  # no related rows, and the instance was written by the service
 
     def delete_model(self, request: HttpRequest, obj: Schedule) -> None:

@@ -4,8 +4,8 @@ Two ways of counting, for two readers:
 
 * `item_census` (for `/metrics`) and `retry_distribution()` without a start
   count every row exactly, through index-only scans of
-  `work_items_status_retry_idx` (retry_count, status, lease_token): about
-  80-200 ms per million rows on a 2-core PostgreSQL server.
+  `work_items_status_retry_idx` (retry_count, status, lease_token), whose
+  cost grows with the table.
 * The dashboard must stay fast at any size, so it reads only what is bounded:
   the retry distribution of the items finished in its window (from the
   window's groups, `console.finished`), and the number of completed and

@@ -118,7 +118,6 @@ class ThroughputChart:
     width: int
     height: int
     plot_left: int
-    plot_top: int
     plot_width: int
     plot_height: int
     baseline: int
@@ -166,7 +165,6 @@ def throughput_chart(data: Throughput) -> ThroughputChart:
         width=left + plot_width + 10,
         height=top + plot_height + bottom,
         plot_left=left,
-        plot_top=top,
         plot_width=plot_width,
         plot_height=plot_height,
         baseline=baseline,

@@ -29,7 +29,6 @@ class Dashboard:
     workers: tuple[ProcessInfo, ...]
     orphan_holders: tuple[HolderLeases, ...]
     recoveries: tuple[CheckpointEntry, ...]
-    payloads_included: bool
     # How far the read database is behind the primary; None: the console reads the primary.
     replica: ReplicaLag | None = None
     # A day or a week: the window's finished figures start on this hour, and
@@ -94,7 +93,6 @@ def build_dashboard(
         recoveries=recent_recoveries(
             limit=recoveries, include_payloads=include_payloads, using=using
         ),
-        payloads_included=include_payloads,
         replica=replica,
         rolled_from=window.start if is_rolled(window_minutes) else None,
     )

@@ -36,7 +36,6 @@ from .finished import (
 from .leases import lease_health
 from .windows import THROUGHPUT_WINDOWS, bucket_bounds
 
-HISTORY_WINDOWS = (60, 1440, 10080)  # 1 h, 24 h, 7 d
 PEAK_DAYS = 7
 NEAR_CAP_SECONDS = 300
 WORKERS_SHOWN = 20

@@ -43,7 +43,6 @@ class QueueRow:
     pending: int = 0
     deferred: int = 0  # not blocked, waiting for their run_after
     blocked: int = 0  # waiting for dependencies
-    oldest_pending_at: datetime | None = None
     oldest_pending_age_seconds: float | None = None
     in_flight: int = 0
     completed: int = 0
@@ -112,7 +111,6 @@ def queue_table(
             pending=pair.pending,
             deferred=pair.deferred,
             blocked=pair.blocked,
-            oldest_pending_at=pair.oldest_claimable_at,
             oldest_pending_age_seconds=age(now, pair.oldest_claimable_at),
         )
     items = WorkItem.objects.using(using).order_by()

@@ -99,17 +99,10 @@ class Timeline:
     entries: tuple[CheckpointEntry, ...]
     total: int
     items: tuple[TaskItem, ...]
-    payloads_included: bool
 
     @property
     def truncated(self) -> bool:
         return self.total > len(self.entries)
-
-    @property
-    def types_present(self) -> tuple[str, ...]:
-        return tuple(
-            t for t in CheckpointType.values if any(e.checkpoint_type == t for e in self.entries)
-        )
 
 
 TIMELINE_LIMIT = 500
@@ -144,5 +137,4 @@ def task_timeline(
         entries=tuple(shown),
         total=total,
         items=items,
-        payloads_included=include_payloads,
     )

@@ -171,5 +171,6 @@ class LeasingCommand(BaseCommand):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         # BaseCommand builds a plain CommandParser; the subclass only changes error().
         parser.__class__ = OneLineErrorParser
+        assert isinstance(parser, OneLineErrorParser)  # for the type checker: it is one now
         parser.removed_flags = self.removed_flags
         return parser

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Self
 
 from django.db import models
@@ -22,9 +21,6 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
 
     def alive(self) -> Self:
         return self.filter(status__in=[WorkerStatus.RUNNING, WorkerStatus.STOPPING])
-
-    def not_seen_for(self, seconds: float) -> Self:
-        return self.alive().filter(last_seen_at__lt=Now() - timedelta(seconds=seconds))
 
 
 class Worker(models.Model):

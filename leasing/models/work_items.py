@@ -140,9 +140,6 @@ class WorkItemQuerySet(models.QuerySet["WorkItem"]):
     def of_type(self, *work_types: str) -> Self:
         return self.filter(work_type__in=work_types)
 
-    def in_queue(self, *queue_names: str) -> Self:
-        return self.filter(queue_name__in=queue_names)
-
     def claim_order(self) -> Self:
         return self.order_by(F("priority").desc(), "created_at", "work_item_id")
 
@@ -390,7 +387,3 @@ class WorkItem(models.Model):
             if update_fields is not None:
                 kwargs["update_fields"] = {*update_fields, "updated_at"}
         super().save(*args, **kwargs)
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (WorkItemStatus.COMPLETED, WorkItemStatus.FAILED)

@@ -219,8 +219,7 @@ def cleanup_checkpoints_since_mark(
     sweep process, a `recoverysweep --once` under cron or a second sweep
     carries on from it: only the first cleanup to a retention, and one a
     day (`FULL_CLEANUP_EVERY`), read the whole table, whose size is otherwise
-    never paid for (1,000,000 checkpoints added 150 ms to a sweep's pass on a
-    slow host). The marks move in the cleanup's transaction, so a cleanup
+    never paid for. The marks move in the cleanup's transaction, so a cleanup
     rolled back leaves them where they were.
     """
     retention = validation.integer("retention", retention, minimum=1)

@@ -287,8 +287,8 @@ def _instances(
 ) -> list[WorkItem]:
     """The inserted rows as `WorkItem`s, without a round trip to read them back.
 
-    Model.__init__ costs about ten microseconds per row (one setattr per
-    field, two signals): a second for 100,000 items. Unless someone listens
+    Model.__init__ costs a setattr per field and two signals per row, which
+    adds up on large batches. Unless someone listens
     to WorkItem's pre_init/post_init, the instances are assembled the way
     `Model.from_db` leaves them, from a ready `__dict__`.
     """

@@ -87,11 +87,6 @@ _TIMESTAMPS = tuple(
 )
 
 
-def lease_from_row(row: Sequence[Any], worker_id: str) -> Lease:
-    """A claimed row (`sql.LEASE_COLUMNS`, in that order) as a `Lease`."""
-    return leases_from_rows([row], worker_id)[0]
-
-
 def leases_from_rows(rows: Sequence[Sequence[Any]], worker_id: str) -> list[Lease]:
     """Claimed rows (`sql.LEASE_COLUMNS`, in that order) as leases, in their order.
 

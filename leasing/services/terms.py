@@ -11,7 +11,7 @@ import random
 from collections.abc import Sequence
 
 from .. import validation
-from ..conf import get_settings
+from ..conf import RETRY_JITTER, get_settings
 from ..exceptions import InvalidInput
 from ..sql.limits import Limits
 from ..sql.snapshots import MAX_ERROR_CHARS, clean_text
@@ -26,7 +26,7 @@ def retry_backoff_seconds(retry_count: int) -> float:
     """
     conf = get_settings()
     delay = min(conf.retry_backoff_base * (2.0 ** min(retry_count, 60)), conf.retry_backoff_max)
-    spread = delay * conf.retry_jitter
+    spread = delay * RETRY_JITTER
     return max(0.0, delay + random.uniform(-spread, spread))
 
 

@@ -8,9 +8,8 @@ The plain claim walks `work_items_claim_idx` in claim order and stops after
 the batch. A claim filtered to some work types checks the range of them on
 the index entry (`_range`), so items of other types cost an index entry each
 but no table read. That walk is still long when many pending items of types
-the worker does not serve come first: 78,000 of them cost each claim about
-11 ms on the 2-CPU bench host, and every idle worker woken by an enqueue pays
-it (`make bench-dashboard` with a trickle of work).
+the worker does not serve come first: a backlog of other types costs every
+claim a walk past it, and every idle worker woken by an enqueue pays it.
 
 `by_type` (PostgreSQL, a claim filtered to at most `MAX_BRANCHES` work
 types): the claim reads each type on its own from `work_items_claim_type_idx`

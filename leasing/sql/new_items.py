@@ -18,7 +18,7 @@ from .. import transitions as T
 NOTIFY_CHANNEL = "leasing_enqueue"
 NEW_STATUS = T.ENQUEUE.target()
 # From this many items on, PostgreSQL loads them with one COPY statement: about
-# twice as fast as INSERT ... SELECT unnest() for large batches, slower for a few.
+# faster than INSERT ... SELECT unnest() for large batches, slower for a few.
 COPY_THRESHOLD = 2000
 
 

@@ -201,10 +201,6 @@ class Storage(ABC):
     def run_claim(self, statement: Statement, limits: Limits) -> list[tuple[Any, ...]]:
         """Run a claim (its rows as tuples), serialized against other claims of its limits."""
 
-    def branches_by_type(self, filters: ClaimFilters) -> bool:
-        """Whether a claim with these filters can read one branch per work type."""
-        return False
-
     def complete_and_claim(
         self,
         holder: str,

@@ -32,9 +32,9 @@ def percent(fraction: Any) -> str:
     return f"{100 * fraction:.1f} %"
 
 
-# The dashboard's process tables render these cells in Python: with 40 workers and
-# 200 lease links, an `{% include %}` per row and a loop per link cost about a
-# tenth of the page's time.
+# The dashboard's process tables render these cells in Python: with many workers
+# and lease links, an `{% include %}` per row and a loop per link were a large
+# share of the page's time.
 
 
 @register.simple_tag

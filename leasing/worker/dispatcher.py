@@ -32,17 +32,14 @@ logger = logging.getLogger("leasing.worker")
 # Handlers faster than this on average let the dispatcher claim ahead.
 FAST_HANDLER_SECONDS = 0.05
 PREFETCH_AHEAD_SECONDS = 0.1
-# Only handlers under 0.1 ms reach it. Each round trip costs about a
-# millisecond of planning and a commit whatever its size; at 1,000 rows instead
-# of 256 that drops from ~4 to ~1 us a job (make bench: about 10% more jobs/s).
+# Only the quickest handlers reach it: each round trip costs planning and a
+# commit whatever its size, so the more rows it carries the less a job pays.
 MAX_PREFETCH = 1000
 
 # Slow work (no prefetch) is claimed at most this many items a round trip, the
-# next round trip following at once. One claim of 1,250 rows kept 1,250 idle
-# executors waiting for all of it, and four such claims at once (four workers
-# started together) each stepped past the rows the others had locked: in make
-# bench's long items, 5,000 items of 5 s on 4 workers took 6.4-7.1 s with whole
-# claims, 5.3-5.5 s in chunks of 100 (250: 5.4-6.5 s).
+# next round trip following at once. One claim of all of them kept every idle
+# executor waiting for the whole claim, and several such claims at once
+# (workers started together) each stepped past the rows the others had locked.
 CLAIM_CHUNK = 100
 
 Finished = tuple[Slot, str | None]  # a slot and its handler's output, encoded as JSON

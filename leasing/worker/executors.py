@@ -15,7 +15,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -109,7 +109,7 @@ class ExecutorPool:
         """Queue claimed slots for the executors, in order."""
         self._put(slots)
 
-    def _put(self, entries: list[Slot | None]) -> None:
+    def _put(self, entries: Sequence[Slot | None]) -> None:
         with self._ready:
             self._queued.extend(entries)
             if self._idle:

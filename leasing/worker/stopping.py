@@ -54,7 +54,7 @@ class ShutdownSignals:
             signal.signal(signum, previous)
         self._previous = {}
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
         self.received += 1
         name = signal.Signals(signum).name
         if self.received > 1:

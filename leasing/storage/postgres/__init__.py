@@ -165,9 +165,6 @@ class PostgresStorage(Storage):
         options = connections[self.using].settings_dict.get("OPTIONS") or {}
         return bool(options.get("server_side_binding"))
 
-    def branches_by_type(self, filters: ClaimFilters) -> bool:
-        return claims.type_branches(filters)
-
     def claim(
         self,
         holder: str,

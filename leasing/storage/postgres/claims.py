@@ -86,8 +86,8 @@ def claim_ctes(
     # the candidates by id, it was planned from the statistics: after an
     # autovacuum ANALYZE that ran while a burst was still being enqueued (it
     # counted 0 rows), the planner took the table for one row, made a walk of
-    # the whole primary key the outer side of a nested loop (4.7 s a claim of
-    # 1,000), and with the ids as an array it walked `work_items_created_idx`.
+    # the whole primary key the outer side of a nested loop (seconds a claim),
+    # and with the ids as an array it walked `work_items_created_idx`.
     sql = f"""
         {candidates},
         claimed AS (
