@@ -242,7 +242,8 @@ GUARDS: tuple[Guard, ...] = (
             "force_fail": "as fail_attempt",
             "retry_failed": "skipped while a dependency failed and the item fails with it",
             "dependency_failed": "its own dependents that chose 'fail' fail in turn",
-            "purge": "its edges go with it",
+            "purge": "never a failed item an unfinished dependent still waits for; "
+            "otherwise its edges go with it",
         },
     ),
     Guard(

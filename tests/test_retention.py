@@ -91,3 +91,34 @@ def test_unfinished_statuses_cannot_be_purged(finished_items):
     with pytest.raises(InvalidInput):
         purge_finished_items(timedelta(days=1), statuses=["pending"])
     assert WorkItem.objects.count() == 6
+
+
+def test_a_failed_item_a_waiting_dependent_still_needs_is_not_purged(db):
+    """Found by the model test: purging it left the dependent blocked forever."""
+    from datetime import timedelta
+
+    from leasing import apply_action, enqueue, waiting_on
+    from leasing.services.retention import purge_finished_items
+    from leasing.sql.runner import database_now
+    from tests.transition_guard import arranging
+
+    dependency = enqueue("a", "noop")
+    waiting = enqueue("b", "noop", depends_on=[dependency.pk], on_dependency_failure="wait")
+    gone = enqueue("c", "noop")
+    for item in (dependency, gone):
+        apply_action("force_fail", item.pk, expected_token=None, actor="ops", reason="test")
+    with arranging():
+        WorkItem.objects.filter(pk__in=[dependency.pk, gone.pk]).update(
+            completed_at=database_now() - timedelta(days=2)
+        )
+
+    stats = purge_finished_items(timedelta(hours=1), statuses=["failed"])
+
+    assert stats.items_deleted == 1
+    assert not WorkItem.objects.filter(pk=gone.pk).exists()
+    assert WorkItem.objects.filter(pk=dependency.pk).exists()
+    state = waiting_on(waiting.pk)
+    assert (state.left, state.blocked, state.total) == (1, True, 1)
+    # Once it no longer waits (it was failed by an operator), the dependency goes too.
+    apply_action("force_fail", waiting.pk, expected_token=None, actor="ops", reason="test")
+    assert purge_finished_items(timedelta(hours=1), statuses=["failed"]).items_deleted == 1

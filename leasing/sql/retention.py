@@ -5,16 +5,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import transitions as T
+from ..transitions import quoted
 from .runner import Statement
 
 if TYPE_CHECKING:
     from ..storage.base import Storage
 
 
+# A failed item that an unfinished dependent still waits for (it chose "wait":
+# the dependency may be retried) is not purged: without it the dependent could
+# never be released nor failed.
+STILL_AWAITED = f"""(status = {quoted(T.FAILED)} AND has_dependents AND EXISTS (
+    SELECT 1 FROM work_item_dependencies AS e
+    JOIN work_items AS dependent ON dependent.work_item_id = e.dependent_id
+    WHERE e.dependency_id = work_items.work_item_id
+      AND dependent.status IN ({quoted(T.PENDING)}, {quoted(T.IN_PROGRESS)})))"""
+
+
 def _finished_before(d: Storage, statuses: list[str], age_seconds: float) -> Statement:
     status_sql, status_params = d.in_list("status", statuses)
     return (
-        f"{status_sql} AND completed_at < {d.clock()}",
+        f"{status_sql} AND completed_at < {d.clock()} AND NOT {STILL_AWAITED}",
         [*status_params, d.offset(-age_seconds)],
     )
 
@@ -25,7 +36,11 @@ def count_finished(d: Storage, statuses: list[str], age_seconds: float) -> State
 
 
 def pick_finished(d: Storage, statuses: list[str], age_seconds: float, limit: int) -> Statement:
-    """Up to `limit` finished items older than the age (locked on PostgreSQL)."""
+    """Up to `limit` finished items older than the age (locked on PostgreSQL).
+
+    Locked, an item gains no new dependent until the purge commits (an enqueue
+    locks the items it depends on), so what `STILL_AWAITED` saw holds.
+    """
     where, params = _finished_before(d, statuses, age_seconds)
     lock = d.skip_locked()
     sql = f"SELECT work_item_id FROM work_items WHERE {where} LIMIT %s {lock}"
@@ -50,7 +65,8 @@ def delete_items(d: Storage, item_ids: list[str]) -> list[Statement]:
         (f"DELETE FROM checkpoints WHERE {ids_sql}", ids_params),
         (f"UPDATE idempotency_keys SET work_item_id = NULL WHERE {ids_sql}", ids_params),
         (
-            f"DELETE FROM work_items WHERE {ids_sql} AND {T.PURGE.leaves()} RETURNING work_item_id",
+            f"DELETE FROM work_items WHERE {ids_sql} AND {T.PURGE.leaves()} "
+            "RETURNING work_item_id",
             ids_params,
         ),
     ]

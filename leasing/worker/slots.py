@@ -16,12 +16,16 @@ import math
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..context import WorkContext
 from ..handlers import HandlerSpec
 from ..heartbeat import Heartbeat
 from ..keeping import KeptLease
 from ..services.held import Lease, LeaseKey
+
+if TYPE_CHECKING:  # the executors import this module
+    from .executors import Executor
 
 
 class SlotState(enum.Enum):
@@ -67,7 +71,7 @@ class Slot:
         self.heartbeat = Heartbeat()
         self.context: WorkContext | None = None
         self.state = SlotState.QUEUED
-        self.executor: threading.Thread | None = None
+        self.executor: Executor | None = None
         self.started_at: float | None = None
         # How the renewer keeps its lease alive (its policy and last renewal).
         self.kept = KeptLease(
@@ -176,7 +180,7 @@ class SlotTable:
                 if self._slots.get(slot.key) is slot:
                     del self._slots[slot.key]
 
-    def start(self, slot: Slot, executor: threading.Thread) -> bool:
+    def start(self, slot: Slot, executor: Executor) -> bool:
         """Mark a queued slot running in `executor`; False if it was abandoned meanwhile."""
         with self._lock:
             if self._slots.get(slot.key) is not slot or slot.state is not SlotState.QUEUED:

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from .executors import Executor, ExecutorPool
+from .executors import ExecutorPool
 from .outcomes import Counters, Recorder, one_line
 from .slots import Slot, SlotState, SlotTable
 
@@ -50,7 +50,7 @@ class Watch:
                 # let a new executor take its place.
                 slot.lose(f"timed out after {round(slot.lease.cap_seconds)} s")
                 self.recorder.time_out(slot)
-                if isinstance(slot.executor, Executor):  # set with the state, under a lock
+                if slot.executor is not None:  # set with the state, under the table's lock
                     self.pool.retire(
                         slot.executor, f"its handler of {slot.lease.work_item_id} timed out"
                     )
