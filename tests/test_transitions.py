@@ -63,3 +63,13 @@ def test_the_guard_lets_declared_moves_through():
     manager.acquire_lease()
     manager.release_lease(item.pk, True)
     assert transition_guard.violations() == []
+
+
+def test_the_model_test_drives_every_declared_transition():
+    """A transition the table declares is not done until the model test drives it."""
+    from tests.model.reference import DRIVEN_BY
+    from tests.test_state_model import LeasingMachine
+
+    assert set(DRIVEN_BY) == {t.name for t in TRANSITIONS}
+    for transition, rule in DRIVEN_BY.items():
+        assert callable(getattr(LeasingMachine, rule, None)), (transition, rule)

@@ -65,8 +65,7 @@ def delete_items(d: Storage, item_ids: list[str]) -> list[Statement]:
         (f"DELETE FROM checkpoints WHERE {ids_sql}", ids_params),
         (f"UPDATE idempotency_keys SET work_item_id = NULL WHERE {ids_sql}", ids_params),
         (
-            f"DELETE FROM work_items WHERE {ids_sql} AND {T.PURGE.leaves()} "
-            "RETURNING work_item_id",
+            f"DELETE FROM work_items WHERE {ids_sql} AND {T.PURGE.leaves()} RETURNING work_item_id",
             ids_params,
         ),
     ]

@@ -1,0 +1,277 @@
+"""A small reference model of the work item state machine (the decided semantics).
+
+Pure Python, no database: the model test applies each step here and to the
+database, then compares the two. Ids come from the database (the model never
+invents one). What the model tracks per item: status, lease holder and token,
+retry_count / max_retries, the unique key and scope, dependencies and their
+counter, whether a retry's backoff has passed (`ready`) and whether the lease
+was made to expire (`expired`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+PENDING, IN_PROGRESS, COMPLETED, FAILED = "pending", "in_progress", "completed", "failed"
+STATUSES = frozenset({PENDING, IN_PROGRESS, COMPLETED, FAILED})
+FORCE_RELEASE, FORCE_FAIL, RETRY = "force_release", "force_fail", "retry"
+
+Key = tuple[str, str]  # (unique_key, unique_scope)
+
+
+# Which rule of the state machine (tests/test_state_model.py) drives each transition of
+# `leasing.transitions`: a transition added to the table fails tests/test_transitions.py
+# until the model knows it.
+DRIVEN_BY = {
+    "enqueue": "enqueue_batch",
+    "claim": "claim",
+    "complete": "complete",
+    "fail_attempt": "fail",
+    "hand_back": "hand_back",
+    "expire": "sweep",
+    "force_release": "operator_action",
+    "force_fail": "operator_action",
+    "retry_failed": "operator_action",
+    "dependency_failed": "fail",
+    "purge": "purge",
+}
+
+
+@dataclass
+class Item:
+    id: str
+    queue: str
+    work_type: str
+    max_retries: int
+    key: Key | None
+    deps: list[str]
+    on_dependency_failure: str | None
+    status: str = PENDING
+    holder: str | None = None
+    token: int = 0
+    retry_count: int = 0
+    dependencies_left: int = 0
+    # run_after has passed (a failed attempt's retry waits for its backoff).
+    ready: bool = True
+    # The lease is past lease_expires_at and not swept yet.
+    expired: bool = False
+    # The item that held its key when it tried to return to pending.
+    superseded_by: str | None = None
+
+    def holds_key(self) -> bool:
+        """A status-scoped key: "pending" while pending, "unfinished" while pending or running."""
+        if self.key is None:
+            return False
+        return self.status == PENDING or (
+            self.key[1] == "unfinished" and self.status == IN_PROGRESS
+        )
+
+
+@dataclass
+class Reference:
+    queue_limits: dict[str, int] = field(default_factory=dict)
+    type_limits: dict[str, int] = field(default_factory=dict)
+    items: dict[str, Item] = field(default_factory=dict)  # in enqueue order
+    purged: set[str] = field(default_factory=set)
+    paused: set[tuple[str, str]] = field(default_factory=set)  # (kind, name)
+
+    # --- reads -------------------------------------------------------------------------
+
+    def with_status(self, *statuses: str) -> list[Item]:
+        return [item for item in self.items.values() if item.status in statuses]
+
+    def key_holder(self, key: Key | None) -> Item | None:
+        if key is None:
+            return None
+        holders = [i for i in self.items.values() if i.key == key and i.holds_key()]
+        assert len(holders) <= 1, f"model: key {key} held by {[i.id for i in holders]}"
+        return holders[0] if holders else None
+
+    def dependents(self, item_id: str) -> list[Item]:
+        return [i for i in self.items.values() if item_id in i.deps]
+
+    def edges(self) -> set[tuple[str, str]]:
+        return {(dep, item.id) for item in self.items.values() for dep in item.deps}
+
+    def claimable(self, queue_filter: str | None = None) -> list[Item]:
+        return [
+            i
+            for i in self.items.values()
+            if i.status == PENDING
+            and i.dependencies_left == 0
+            and i.ready
+            and ("queue", i.queue) not in self.paused
+            and ("work_type", i.work_type) not in self.paused
+            and (queue_filter is None or i.queue == queue_filter)
+        ]
+
+    def in_flight(self, attribute: str, name: str) -> int:
+        return sum(1 for i in self.with_status(IN_PROGRESS) if getattr(i, attribute) == name)
+
+    def claim_capacity(self, n: int, queue_filter: str | None) -> tuple[int, bool]:
+        """The most items a claim of `n` can take, and whether it must take exactly that many.
+
+        With both queue and work type limits the claim may leave a slot unused
+        (leasing.sql.limits says so), so the count is then only a bound.
+        """
+        candidates = self.claimable(queue_filter)
+        bounds = [len(candidates)]
+        for attribute, limits in (("queue", self.queue_limits), ("work_type", self.type_limits)):
+            if not limits:
+                continue
+            total = 0
+            for name, count in Counter(getattr(i, attribute) for i in candidates).items():
+                if name in limits:
+                    count = min(count, max(0, limits[name] - self.in_flight(attribute, name)))
+                total += count
+            bounds.append(total)
+        exact = not (self.queue_limits and self.type_limits)
+        return min(n, *bounds), exact
+
+    # --- transitions -------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        new_id: str,
+        *,
+        queue: str,
+        work_type: str,
+        max_retries: int,
+        key: Key | None,
+        deps: list[str],
+        on_dependency_failure: str | None,
+    ) -> tuple[str, bool]:
+        """The id enqueue returns, and whether it is a duplicate (the key's holder)."""
+        holder = self.key_holder(key)
+        if holder is not None:
+            return holder.id, True
+        item = Item(new_id, queue, work_type, max_retries, key, list(deps), on_dependency_failure)
+        item.dependencies_left = sum(1 for d in deps if self.items[d].status != COMPLETED)
+        self.items[new_id] = item
+        if on_dependency_failure == "fail" and any(self.items[d].status == FAILED for d in deps):
+            self._fail(item)
+        return new_id, False
+
+    def claim(self, item_id: str, worker: str) -> None:
+        item = self.items[item_id]
+        assert item.status == PENDING
+        item.status, item.holder, item.token, item.expired = (
+            IN_PROGRESS,
+            worker,
+            item.token + 1,
+            False,
+        )
+
+    def complete(self, item_id: str) -> str:
+        item = self.items[item_id]
+        item.status, item.holder, item.expired = COMPLETED, None, False
+        for dependent in self.dependents(item_id):
+            dependent.dependencies_left -= 1
+        return COMPLETED
+
+    def end_attempt(self, item_id: str, *, retry: bool) -> str:
+        """A worker's failed release: back to pending after a backoff while retries are left."""
+        item = self.items[item_id]
+        if retry and item.retry_count < item.max_retries:
+            return self._return_to_pending(item, counted=True, ready=False)
+        self._fail(item)
+        return FAILED
+
+    def hand_back(self, item_id: str) -> str:
+        """requeue_lease / an interruption: back to pending, no retry counted."""
+        return self._return_to_pending(self.items[item_id], counted=False, ready=True)
+
+    def sweep(self, expired: list[str], left_pending: set[str]) -> None:
+        """The sweep's pass over these expired leases.
+
+        Two expired items with one "pending"-scoped key cannot both return to
+        pending; which one does is the database's choice (`left_pending`), the
+        others are superseded by it.
+        """
+        for item_id in sorted(expired, key=lambda i: i not in left_pending):
+            item = self.items[item_id]
+            if item.retry_count < item.max_retries:
+                self._return_to_pending(item, counted=True, ready=True)
+            else:
+                self._fail(item)
+
+    def operator(self, action: str, item_id: str, expected_token: int | None) -> str | None:
+        """apply_action: None if applied, else why it is skipped ("status", "token",
+        "dependency", "key")."""
+        item = self.items[item_id]
+        accepts = {
+            FORCE_RELEASE: (IN_PROGRESS,),
+            FORCE_FAIL: (IN_PROGRESS, PENDING),
+            RETRY: (FAILED,),
+        }[action]
+        if item.status not in accepts:
+            return "status"
+        if expected_token is not None and expected_token != item.token:
+            return "token"
+        if action == FORCE_RELEASE:
+            self._return_to_pending(item, counted=False, ready=True)
+        elif action == FORCE_FAIL:
+            self._fail(item)
+        else:
+            failed_deps = [d for d in item.deps if self.items[d].status == FAILED]
+            if failed_deps and item.on_dependency_failure == "fail":
+                return "dependency"
+            if self.key_holder(item.key) is not None:
+                return "key"
+            item.status, item.retry_count, item.ready, item.superseded_by = PENDING, 0, True, None
+        return None
+
+    def pause(self, kind: str, name: str, paused: bool) -> bool:
+        """Whether the pause or resume changed anything."""
+        was = (kind, name) in self.paused
+        if paused:
+            self.paused.add((kind, name))
+        else:
+            self.paused.discard((kind, name))
+        return was != paused
+
+    def let_backoffs_pass(self) -> None:
+        for item in self.with_status(PENDING):
+            item.ready = True
+
+    def purge(self, statuses: tuple[str, ...]) -> list[str]:
+        """Finished items go, but never a failed one an unfinished dependent still waits for."""
+
+        def awaited(item: Item) -> bool:
+            return item.status == FAILED and any(
+                item.id in other.deps and other.status in (PENDING, IN_PROGRESS)
+                for other in self.items.values()
+            )
+
+        gone = [i.id for i in self.items.values() if i.status in statuses and not awaited(i)]
+        for item_id in gone:
+            del self.items[item_id]
+        self.purged.update(gone)
+        for item in self.items.values():  # their edges go with them
+            item.deps = [d for d in item.deps if d not in self.purged]
+        return gone
+
+    # --- shared ------------------------------------------------------------------------
+
+    def _return_to_pending(self, item: Item, *, counted: bool, ready: bool) -> str:
+        """Every transition into pending checks the key: held by another, it is superseded."""
+        holder = self.key_holder(item.key)
+        if holder is not None and holder is not item:
+            self._fail(item, superseded_by=holder.id)
+            return FAILED
+        item.status, item.holder, item.expired, item.ready = PENDING, None, False, ready
+        item.retry_count += 1 if counted else 0
+        return PENDING
+
+    def _fail(self, item: Item, *, superseded_by: str | None = None) -> None:
+        """Failed for good; dependents that fail with their dependencies follow (recursively)."""
+        item.status, item.holder, item.expired, item.superseded_by = (
+            FAILED,
+            None,
+            False,
+            superseded_by,
+        )
+        for dependent in self.dependents(item.id):
+            if dependent.status == PENDING and dependent.on_dependency_failure == "fail":
+                self._fail(dependent)
