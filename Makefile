@@ -101,8 +101,8 @@ test-bench-smoke: venv
 	LEASING_BENCH_SMOKE=1 DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 \
 		$(PY) -m pytest tests/test_bench_smoke.py $(PYTEST_ARGS)
 
-# The model test (tests/test_state_model.py) with MODEL_EXAMPLES examples of 30
-# steps, on SQLite then on PostgreSQL (`make test` runs it with 200). A failure
+# The model test (tests/test_state_model.py) with MODEL_EXAMPLES examples of up
+# to 50 steps, on SQLite then on PostgreSQL (`make test` runs 150). A failure
 # prints the shrunk sequence of steps; .hypothesis/ keeps it, so the next run
 # replays it first.
 MODEL_EXAMPLES ?= 5000
