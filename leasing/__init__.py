@@ -29,6 +29,7 @@ _EXPORTS = {
     "resume_state": "leasing.services.checkpoints",
     "run_once": "leasing.services.idempotency",
     "apply_action": "leasing.services.operations",
+    "cancel": "leasing.services.operations",
     "waiting_on": "leasing.services.dependencies",
     "dependents_of": "leasing.services.dependencies",
     "pause": "leasing.services.pauses",

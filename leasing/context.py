@@ -12,6 +12,10 @@ a run whose lease moved on (recovered by the sweep, force-released by an
 operator, re-claimed even by the same process) writes nothing. Once the
 worker learns the lease is lost (`lease_lost`), writes are refused without
 touching the database.
+
+A run asked to stop (`leasing.cancel()`) learns it within one heartbeat
+interval: `ctx.cancelled` turns True, and `checkpoint()` and `run_once()`
+raise `Cancelled` instead of writing; the run then ends `cancelled`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import signals
-from .exceptions import LeaseLostError
+from .exceptions import Cancelled, LeaseLostError
 from .heartbeat import Heartbeat
 from .services.checkpoints import create_checkpoint, resume_state
 from .services.held import Lease
@@ -45,6 +49,7 @@ class WorkContext:
         self.using = using
         self._lost = False
         self._lost_reason = ""
+        self._cancelled = False
         # Made on the first wait only: a worker builds a context per item, and
         # an Event (a Condition and two locks) cost more than a no-op handler.
         self._lost_event: threading.Event | None = None
@@ -83,6 +88,15 @@ class WorkContext:
         if event is not None:
             event.set()
 
+    @property
+    def cancelled(self) -> bool:
+        """The item was asked to stop: finish up and return, or raise `Cancelled`."""
+        return self._cancelled
+
+    def request_cancel(self) -> None:
+        """The worker saw a request to stop this item (`leasing.cancel()`)."""
+        self._cancelled = True
+
     def wait_lease_lost(self, timeout: float | None = None) -> bool:
         """Block until the lease is lost or `timeout` passes; True if lost."""
         with _LOST_LOCK:
@@ -94,6 +108,11 @@ class WorkContext:
         return event.wait(timeout)
 
     def _ensure_held(self) -> None:
+        if self._cancelled:
+            raise Cancelled(
+                f"Work item {self.lease.work_item_id!r} was asked to stop; this write was "
+                "refused and the run ends cancelled."
+            )
         if self._lost:
             raise LeaseLostError(
                 f"The lease on work item {self.lease.work_item_id!r} (token {self.lease.token}) "

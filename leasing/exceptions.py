@@ -103,6 +103,11 @@ class PermanentError(LeasingError):
     """Raised by a handler: fail the item now, do not retry."""
 
 
+class Cancelled(PermanentError):
+    """The item was asked to stop (`leasing.cancel()`): raised into its handler by
+    `ctx.checkpoint()` and `ctx.run_once()`; the run then ends `cancelled`."""
+
+
 class UnstorableOutput(PermanentError):
     """A run's result cannot be stored as JSON: the item fails at once.
 

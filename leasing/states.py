@@ -19,6 +19,9 @@ class WorkItemStatus(models.TextChoices):
     IN_PROGRESS = "in_progress", "In progress"
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
+    # Final: stopped on request (`leasing.cancel()`, the admin, `manage.py cancel`)
+    # before it completed; not a failure of the work.
+    CANCELLED = "cancelled", "Cancelled"
     # Allowed by the schema, as the original design lists it; the sweep moves
     # an item from in_progress to pending or failed in one statement, so no
     # row ever rests here.

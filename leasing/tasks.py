@@ -58,6 +58,8 @@ _STATUS = {
     WorkItemStatus.IN_PROGRESS.value: TaskResultStatus.RUNNING,
     WorkItemStatus.COMPLETED.value: TaskResultStatus.SUCCESSFUL,
     WorkItemStatus.FAILED.value: TaskResultStatus.FAILED,
+    # Django's Tasks have no cancelled status: a cancelled task did not succeed.
+    WorkItemStatus.CANCELLED.value: TaskResultStatus.FAILED,
 }
 
 NOT_INSTALLED = (

@@ -27,11 +27,12 @@ PENDING = WorkItemStatus.PENDING.value
 IN_PROGRESS = WorkItemStatus.IN_PROGRESS.value
 COMPLETED = WorkItemStatus.COMPLETED.value
 FAILED = WorkItemStatus.FAILED.value
+CANCELLED = WorkItemStatus.CANCELLED.value
 # The statuses a row may rest in. `expired` is allowed by the schema's CHECK
 # constraint (the original design lists it) but no transition enters it: the
 # sweep moves an expired lease straight to pending or failed.
-RESTING = (PENDING, IN_PROGRESS, COMPLETED, FAILED)
-FINISHED = (COMPLETED, FAILED)
+RESTING = (PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELLED)
+FINISHED = (COMPLETED, FAILED, CANCELLED)
 NEW = "new"  # the source of an insert
 GONE = "gone"  # the target of a delete
 
@@ -118,25 +119,28 @@ COMPLETE = _t("complete", (IN_PROGRESS,), (COMPLETED,), "worker", "The handler s
 FAIL_ATTEMPT = _t(
     "fail_attempt",
     (IN_PROGRESS,),
-    (PENDING, FAILED),
+    (PENDING, CANCELLED, FAILED),
     "worker",
-    "An attempt failed: retried while retries are left, else failed.",
+    "An attempt failed: retried while retries are left, else failed (cancelled if it had "
+    "been asked to stop).",
 )
 # Given back without counting an attempt: a stopping worker's unfinished run,
 # or one the database cut short (counted in `interruptions`).
 HAND_BACK = _t(
     "hand_back",
     (IN_PROGRESS,),
-    (PENDING, FAILED),
+    (PENDING, CANCELLED, FAILED),
     "worker",
-    "A worker gives the item back unfinished; no attempt counted.",
+    "A worker gives the item back unfinished; no attempt counted (cancelled if it had been "
+    "asked to stop).",
 )
 EXPIRE = _t(
     "expire",
     (IN_PROGRESS,),
-    (PENDING, FAILED),
+    (PENDING, CANCELLED, FAILED),
     "sweep",
-    "The lease ran out: retried while retries are left and the type allows, else failed.",
+    "The lease ran out: retried while retries are left and the type allows, else failed "
+    "(cancelled if it had been asked to stop).",
 )
 FORCE_RELEASE = _t(
     "force_release",
@@ -150,10 +154,20 @@ FORCE_FAIL = _t(
 )
 RETRY_FAILED = _t(
     "retry_failed",
-    (FAILED,),
+    (FAILED, CANCELLED),
     (PENDING,),
     "operator",
-    "An operator runs a failed item again, its retries counted from 0.",
+    "An operator runs a failed or cancelled item again, its retries counted from 0.",
+)
+# A running item is not cancelled by a transition of its own: it is asked to
+# stop (`cancel_requested_at`, no status change), and the ending of its run
+# (a failed attempt, a hand-back, an expired lease) then leaves it cancelled.
+CANCEL = _t(
+    "cancel",
+    (PENDING,),
+    (CANCELLED,),
+    "operator",
+    "An item not yet running is cancelled at once (`leasing.cancel()`, the admin, the command).",
 )
 DEPENDENCY_FAILED = _t(
     "dependency_failed",
@@ -176,6 +190,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     FORCE_RELEASE,
     FORCE_FAIL,
     RETRY_FAILED,
+    CANCEL,
     DEPENDENCY_FAILED,
     PURGE,
 )
@@ -208,6 +223,7 @@ GUARDS: tuple[Guard, ...] = (
             "expire": "only a lease past its expiry (database clock), with the token it locked",
             "force_release": "the status and token the operator saw (the admin: its heartbeat too)",
             "force_fail": "the status and token the operator saw",
+            "cancel": "the status (and token) the operator saw",
         },
     ),
     Guard(
@@ -224,12 +240,13 @@ GUARDS: tuple[Guard, ...] = (
             "force_release": "as fail_attempt",
             "force_fail": "releases the key",
             "retry_failed": "skipped (nothing written) while another item holds the key",
+            "cancel": "releases the key",
             "dependency_failed": "releases the key",
         },
     ),
     Guard(
         "dependencies",
-        (PENDING, COMPLETED, FAILED),
+        (PENDING, COMPLETED, FAILED, CANCELLED),
         {
             "enqueue": "dependencies_left starts at the dependencies not completed; an item whose "
             "dependency already failed and that fails with it is failed at once",
@@ -241,6 +258,7 @@ GUARDS: tuple[Guard, ...] = (
             "force_release": "superseded: as fail_attempt",
             "force_fail": "as fail_attempt",
             "retry_failed": "skipped while a dependency failed and the item fails with it",
+            "cancel": "as fail_attempt: dependents that chose 'fail' fail, 'wait' ones wait",
             "dependency_failed": "its own dependents that chose 'fail' fail in turn",
             "purge": "never a failed item an unfinished dependent still waits for; "
             "otherwise its edges go with it",
@@ -258,6 +276,7 @@ GUARDS: tuple[Guard, ...] = (
             "force_release": "waits while paused",
             "retry_failed": "waits while paused",
             "force_fail": "allowed while paused",
+            "cancel": "allowed while paused",
             "dependency_failed": "allowed while paused",
         },
     ),
@@ -273,6 +292,25 @@ GUARDS: tuple[Guard, ...] = (
             "expire": "frees a place",
             "force_release": "frees a place",
             "force_fail": "frees a place",
+        },
+    ),
+    Guard(
+        "cancellation",
+        (PENDING, IN_PROGRESS, CANCELLED),
+        {
+            "enqueue": "a new item is never asked to stop",
+            "claim": "a claim clears any old request to stop (it is a new run)",
+            "complete": "a run that completes though asked to stop is completed: its work is done",
+            "fail_attempt": "asked to stop, the run ends cancelled: not retried, not failed",
+            "hand_back": "asked to stop, the item ends cancelled instead of waiting for a run",
+            "expire": "asked to stop, an expired lease ends cancelled, not retried",
+            "force_release": "clears the request",
+            "force_fail": "allowed; the request is moot",
+            "retry_failed": "a cancelled item may be retried, its request cleared",
+            "cancel": "pending only; a running item is asked to stop instead "
+            "(cancel_requested_at), seen by its handler within one heartbeat interval",
+            "dependency_failed": "allowed",
+            "purge": "cancelled items are purged like the other finished ones",
         },
     ),
 )

@@ -14,9 +14,9 @@ from leasing.conf import LeasingSettings
 
 pytestmark = pytest.mark.django_db
 
-COMMANDS = ("runworker", "recoverysweep", "runscheduler", "purgeitems", "pause")
+COMMANDS = ("runworker", "recoverysweep", "runscheduler", "purgeitems", "pause", "cancel")
 # What each command needs to get past argparse's own checks to the unknown flags.
-REQUIRED = {"purgeitems": ["--older-than", "30d"], "pause": ["--list"]}
+REQUIRED = {"purgeitems": ["--older-than", "30d"], "cancel": ["x", "--reason", "r"]}
 
 
 def own_flags(name: str) -> list[tuple[str, str]]:

@@ -81,9 +81,12 @@ def test_demo_data_covers_every_status_type_and_lease_state():
     assert sweep.ok and sweep.sweepers[0].worker_id == "sweeper@demo-host-1"
     assert IdempotencyKey.objects.filter(response_data__isnull=False).exists()
 
-    # The operator retry went through the service: a state_transition checkpoint.
-    transition = Checkpoint.objects.get(checkpoint_type="state_transition")
-    assert transition.snapshot_data["actor"] == "demo-operator"
+    # The operator's retry and cancel went through the service: state_transition checkpoints.
+    transitions = Checkpoint.objects.filter(checkpoint_type="state_transition")
+    assert {(t.snapshot_data["action"], t.snapshot_data["actor"]) for t in transitions} == {
+        ("retry", "demo-operator"),
+        ("cancel", "demo-operator"),
+    }
     # Completions spread over the last hour feed the throughput chart.
     assert dashboard.throughput(window_minutes=60).completed >= 150
 

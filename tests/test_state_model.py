@@ -33,7 +33,7 @@ from leasing.exceptions import LeaseError, PayloadNotSerializable
 from leasing.services.retention import purge_finished_items
 from tests.model import database as db
 from tests.model.machine import QUEUES, TYPES, WORKERS, ModelMachine
-from tests.model.reference import COMPLETED, FAILED, IN_PROGRESS, PENDING, STATUSES
+from tests.model.reference import CANCELLED, COMPLETED, FAILED, IN_PROGRESS, PENDING, STATUSES
 
 # What release_lease's output_data cannot hold as JSON.
 UNSTORABLE = (float("nan"), math.inf, {1, 2}, datetime(2026, 1, 1, tzinfo=UTC), "nul\x00")
@@ -194,7 +194,7 @@ class LeasingMachine(ModelMachine):
     @precondition(lambda self: self.ref.items)
     @rule(
         data=st.data(),
-        action=st.sampled_from(["force_release", "force_fail", "retry"]),
+        action=st.sampled_from(["force_release", "force_fail", "retry", "cancel"]),
         token=st.sampled_from(["current", "unchecked", "stale"]),
     )
     def operator_action(self, data: st.DataObject, action: str, token: str) -> None:
@@ -225,8 +225,12 @@ class LeasingMachine(ModelMachine):
         state = call(**{kind: name}, by="model", reason="model step")
         assert (state.paused, state.changed) == (paused, self.ref.pause(kind, name, paused))
 
-    @precondition(lambda self: self.ref.with_status(COMPLETED, FAILED))
-    @rule(statuses=st.sampled_from([(COMPLETED,), (FAILED,), (COMPLETED, FAILED)]))
+    @precondition(lambda self: self.ref.with_status(COMPLETED, FAILED, CANCELLED))
+    @rule(
+        statuses=st.sampled_from(
+            [(COMPLETED,), (FAILED,), (CANCELLED,), (COMPLETED, FAILED, CANCELLED)]
+        )
+    )
     def purge(self, statuses: tuple[str, ...]) -> None:
         db.age_finished()
         stats = purge_finished_items(timedelta(hours=1), statuses=statuses)

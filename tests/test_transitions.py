@@ -38,9 +38,11 @@ def test_sets_refuses_a_target_the_transition_does_not_declare():
         transitions.CLAIM.sets({transitions.FAILED: "1 = 1"})
     with pytest.raises(ValueError):
         transitions.FAIL_ATTEMPT.sets()  # two targets need a condition
-    assert transitions.FAIL_ATTEMPT.sets({transitions.PENDING: "x"}) == (
-        "status = CASE WHEN x THEN 'pending' ELSE 'failed' END"
-    )
+    with pytest.raises(ValueError):
+        transitions.FAIL_ATTEMPT.sets({transitions.PENDING: "x"})  # cancelled left undecided
+    assert transitions.FAIL_ATTEMPT.sets(
+        {transitions.PENDING: "x", transitions.CANCELLED: "y"}
+    ) == ("status = CASE WHEN x THEN 'pending' WHEN y THEN 'cancelled' ELSE 'failed' END")
 
 
 @pytest.mark.django_db

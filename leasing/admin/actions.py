@@ -78,13 +78,20 @@ force_fail_selected = _admin_action(
 retry_failed_selected = _admin_action(
     Action.RETRY,
     "retry_failed_selected",
-    "Retry failed work item",
-    "Retry selected failed work items",
+    "Retry failed or cancelled work item",
+    "Retry selected failed or cancelled work items",
+)
+cancel_selected = _admin_action(
+    Action.CANCEL,
+    "cancel_selected",
+    "Cancel work item (a running one is asked to stop)",
+    "Cancel selected work items (running ones are asked to stop)",
 )
 ACTION_NAMES = {
     Action.FORCE_RELEASE: force_release_selected.__name__,
     Action.FORCE_FAIL: force_fail_selected.__name__,
     Action.RETRY: retry_failed_selected.__name__,
+    Action.CANCEL: cancel_selected.__name__,
 }
 
 

@@ -35,7 +35,7 @@ from ..conf import read_alias
 from ..console.durations import EMPTY, humanize_seconds
 from ..console.failures import item_failures
 from ..console.liveness import Liveness, liveness
-from ..models import Checkpoint, IdempotencyKey, Worker, WorkerStatus, WorkItem
+from ..models import Checkpoint, IdempotencyKey, Worker, WorkerStatus, WorkItem, WorkItemStatus
 from . import actions, display, views
 from .base import ReadOnlyAdmin, WorkItemLinkColumn
 from .filters import LeaseHealthFilter, QueueFilter, StatusFilter, WorkTypeFilter
@@ -75,6 +75,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
         actions.force_release_selected,
         actions.force_fail_selected,
         actions.retry_failed_selected,
+        actions.cancel_selected,
     )
 
     list_refresh_seconds = 30  # the list refreshes itself in place (leasing/console.js)
@@ -118,7 +119,11 @@ class WorkItemAdmin(ReadOnlyAdmin):
 
     @admin.display(description="status")
     def status_badge(self, obj: WorkItem) -> SafeString:
-        return display.badge("status", obj.status, obj.get_status_display())
+        badge = display.badge("status", obj.status, obj.get_status_display())
+        if obj.status == WorkItemStatus.IN_PROGRESS and obj.cancel_requested_at is not None:
+            # Still running, but not as it was: it is winding down.
+            return format_html("{} {}", badge, display.badge("status", "stopping", "asked to stop"))
+        return badge
 
     @admin.display(description="lease remaining")
     def lease_remaining(self, obj: display.ClockedWorkItem) -> SafeString | str:
@@ -144,7 +149,8 @@ class WorkItemAdmin(ReadOnlyAdmin):
         ("Lease", {"fields": ("lease_holder", "lease_token", "lease_acquired_at",
                               "lease_expires_at", "lease_remaining", "heartbeat_at",
                               "heartbeat_age", "progress_at", "last_progress")}),
-        ("Retries", {"fields": ("retries", "run_after", "error_message")}),
+        ("Retries", {"fields": ("retries", "run_after", "error_message",
+                                "cancel_requested_at")}),
         ("Times", {"fields": ("created_at", "started_at", "completed_at", "updated_at")}),
     )  # fmt: skip
     readonly_fields = (

@@ -22,6 +22,17 @@ ACTION_TEXT = {
     Action.RETRY: {
         "verb": "Retry",
         "done": "sent back to pending",
-        "explain": "Each failed item goes back to pending with a fresh retry budget.",
+        "explain": (
+            "Each failed or cancelled item goes back to pending with a fresh retry budget."
+        ),
+    },
+    Action.CANCEL: {
+        "verb": "Cancel",
+        "done": "cancelled or asked to stop",
+        "explain": (
+            "Each pending item is cancelled at once. Each running item is asked to stop: its "
+            "handler sees it within one heartbeat interval and its run ends cancelled (one "
+            "that completes anyway completes). Dependents follow their dependency policy."
+        ),
     },
 }

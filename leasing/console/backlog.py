@@ -152,8 +152,10 @@ def throughput(
     failed = [0] * count
     for index, groups in per_bucket(finished.groups, start, step, count).items():
         for group in groups:
-            target = completed if group.status == WorkItemStatus.COMPLETED else failed
-            target[index] += group.items
+            if group.status == WorkItemStatus.COMPLETED:
+                completed[index] += group.items
+            elif group.status == WorkItemStatus.FAILED:
+                failed[index] += group.items
     return Throughput(
         window_minutes=window_minutes,
         bucket_minutes=THROUGHPUT_WINDOWS[window_minutes],

@@ -37,7 +37,9 @@ STATUSES: tuple[str, ...] = (
     WorkItemStatus.IN_PROGRESS,
     WorkItemStatus.COMPLETED,
     WorkItemStatus.FAILED,
+    WorkItemStatus.CANCELLED,
 )
+# The outcomes the retry distribution counts (a cancellation is not one).
 FINISHED: tuple[str, ...] = (WorkItemStatus.COMPLETED, WorkItemStatus.FAILED)
 
 
@@ -100,6 +102,7 @@ class StatusCounts:
     in_progress: int = 0
     completed: int = 0
     failed: int = 0
+    cancelled: int = 0
     estimated: frozenset[str] = frozenset()
 
     def as_dict(self) -> dict[str, int]:
@@ -159,6 +162,7 @@ def item_census(*, using: str = "default") -> ItemCensus:
             in_progress=per_status.get(WorkItemStatus.IN_PROGRESS, 0),
             completed=per_status.get(WorkItemStatus.COMPLETED, 0),
             failed=per_status.get(WorkItemStatus.FAILED, 0),
+            cancelled=per_status.get(WorkItemStatus.CANCELLED, 0),
         ),
         retries=_distribution(rows),
         claims_total=int(sum(row["tokens"] or 0 for row in rows)),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..sql.runner import database_now
+from ..states import WorkItemStatus
 from .backlog import Backlog, Throughput, backlog, pending_pairs, throughput
 from .census import FINISHED, RetryDistribution, StatusCounts, status_count
 from .finished import finished_for, is_rolled
@@ -64,12 +65,16 @@ def build_dashboard(
     pairs = pending_pairs(using=using)  # read once: the backlog and the queue table
     pending = backlog(now=now, using=using, pairs=pairs)
     window = finished_for(window_minutes=window_minutes, now=now, using=using)
-    totals = {status: status_count(status, using=using) for status in FINISHED}
+    totals = {
+        status: status_count(status, using=using)
+        for status in (*FINISHED, WorkItemStatus.CANCELLED)
+    }
     statuses = StatusCounts(
         pending=pending.pending,
         in_progress=health.active,
         completed=totals["completed"][0],
         failed=totals["failed"][0],
+        cancelled=totals["cancelled"][0],
         estimated=frozenset(s for s, (_, estimated) in totals.items() if estimated),
     )
     return Dashboard(

@@ -66,6 +66,8 @@ class FinishedWindow:
     def retries(self) -> RetryDistribution:
         counts: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(FINISHED, 0))
         for group in self.groups:
+            if group.status not in FINISHED:  # a cancellation is no retry outcome
+                continue
             for retry_count, n in group.retries.items():
                 counts[retry_count][group.status] += n
         return RetryDistribution(

@@ -71,7 +71,9 @@ class WorkItemQuerySet(models.QuerySet["WorkItem"]):
         return self.filter(status=WorkItemStatus.FAILED)
 
     def finished(self) -> Self:
-        return self.filter(status__in=[WorkItemStatus.COMPLETED, WorkItemStatus.FAILED])
+        return self.filter(
+            status__in=[WorkItemStatus.COMPLETED, WorkItemStatus.FAILED, WorkItemStatus.CANCELLED]
+        )
 
     def claimable(self) -> Self:
         """Pending items whose `run_after` has passed and whose dependencies all completed."""
@@ -169,6 +171,15 @@ class WorkItem(models.Model):
     )
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     progress_at = models.DateTimeField(null=True, blank=True)
+    # A request, not a status: the item still runs and holds its lease until its
+    # run ends, which then ends it `cancelled` (leasing.transitions).
+    cancel_requested_at = models.DateTimeField(
+        "asked to stop at",
+        null=True,
+        blank=True,
+        help_text="Someone cancelled this item while it ran: its handler is told within one "
+        "heartbeat interval, and its run ends cancelled.",
+    )
     retry_count = models.IntegerField(default=0, db_default=0)
     max_retries = models.IntegerField(default=3, db_default=3)
     interruptions = models.IntegerField(
@@ -217,7 +228,10 @@ class WorkItem(models.Model):
         ordering = ["-created_at"]
         get_latest_by = "created_at"
         permissions = [
-            ("force_release_workitem", "Can force-release, force-fail and retry work items"),
+            (
+                "force_release_workitem",
+                "Can force-release, force-fail, retry and cancel work items",
+            ),
             ("view_payload", "Can view work item and checkpoint payloads"),
         ]
         constraints = [

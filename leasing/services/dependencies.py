@@ -50,8 +50,9 @@ def _completed(row: dict[str, Any]) -> bool:
 
 
 def _failed(row: dict[str, Any]) -> bool:
+    """Ended without completing: its dependents follow their `on_dependency_failure`."""
     status: str = row["status"]
-    return status == WorkItemStatus.FAILED
+    return status in (WorkItemStatus.FAILED, WorkItemStatus.CANCELLED)
 
 
 def settle(using: str, *, completed: Iterable[str] = (), failed: Iterable[str] = ()) -> list[str]:
@@ -92,13 +93,14 @@ def fail_dependents(using: str, failed: list[str]) -> list[str]:
 
 
 def failed_dependencies(using: str, item_id: str) -> list[str]:
-    """The failed dependencies of an item, with all of them share-locked (PostgreSQL).
+    """The failed (or cancelled) dependencies of an item, all of them share-locked.
 
     Called before the item itself is locked (dependencies before dependents).
     """
     d = storage_for(using)
     rows = run(using, sql.share_lock_dependencies(d, item_id))
-    return [row["work_item_id"] for row in rows if row["status"] == WorkItemStatus.FAILED]
+    ended = (WorkItemStatus.FAILED, WorkItemStatus.CANCELLED)
+    return [row["work_item_id"] for row in rows if row["status"] in ended]
 
 
 # --- reads for the console ----------------------------------------------------------------

@@ -25,7 +25,7 @@ from django.db import transaction
 
 from ..exceptions import UnstorableOutput
 from ..sql.snapshots import MAX_TRACEBACK_CHARS, clean_text, error_boundary
-from ..states import CheckpointType
+from ..states import CheckpointType, WorkItemStatus
 from .checkpoints import create_checkpoint
 from .held import Lease, ReleaseOutcome
 from .terms import error_text
@@ -64,7 +64,13 @@ def _record(
         )
     snapshot = error_boundary(
         error=message,
-        reason="superseded" if outcome.superseded_by else reason,
+        reason=(
+            "cancelled"
+            if outcome.status == WorkItemStatus.CANCELLED
+            else "superseded"
+            if outcome.superseded_by
+            else reason
+        ),
         exception_class_path=exception_class_path,
         traceback=trace,
         worker_id=lease.worker_id,

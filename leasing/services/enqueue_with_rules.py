@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 # again; this many times in a row means something is wrong.
 MAX_INSERT_ROUNDS = 5
 
+# A dependency in one of these will never complete (unless an operator retries it).
+ENDED_UNCOMPLETED = (WorkItemStatus.FAILED, WorkItemStatus.CANCELLED)
+
 
 # --- inserting ------------------------------------------------------------------------------
 
@@ -227,7 +230,7 @@ def _settle(batch: _Batch) -> dict[int, tuple[int, bool]]:
                 status = batch.status[dep]
             if status != WorkItemStatus.COMPLETED:
                 left += 1
-            if status == WorkItemStatus.FAILED and cause is None:
+            if status in ENDED_UNCOMPLETED and cause is None:
                 cause = dep
         fails = cause is not None and items[index].on_dependency_failure == DependencyFailure.FAIL
         states[index] = (left, fails)

@@ -358,14 +358,22 @@ class LeaseManager:
             row = run_one(self.using, statement)
             if row is None:
                 return None
-            if row["superseded_by"] and row["has_dependents"]:
-                settle(self.using, failed=[row["work_item_id"]])
-            elif not row["superseded_by"]:
+            if row["status"] != WorkItemStatus.PENDING:  # superseded or cancelled
+                if row["has_dependents"]:
+                    settle(self.using, failed=[row["work_item_id"]])
+            else:
                 # Another worker can start it now: do not make it wait for a poll.
                 d.notify([row["queue_name"]])
             return row
 
         return self.outcome(key, rerun_if_raced(self.using, write))
+
+    def cancel_requests(self) -> set[LeaseKey]:
+        """The held leases whose items someone asked to stop (`leasing.cancel()`)."""
+        d = storage_for(self.using)
+        with translate_db_errors():
+            rows = run(self.using, sql.cancel_requests(d, self.worker_id))
+        return {(row["work_item_id"], row["lease_token"]) for row in rows}
 
     def requeue_all(self, keys: Sequence[LeaseKey]) -> int:
         """Hand these held leases back in one statement, counting no attempt (a forced

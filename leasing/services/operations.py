@@ -41,22 +41,28 @@ class Action:
     FORCE_RELEASE = sql.FORCE_RELEASE
     FORCE_FAIL = sql.FORCE_FAIL
     RETRY = sql.RETRY
+    CANCEL = sql.CANCEL
 
-    choices = (FORCE_RELEASE, FORCE_FAIL, RETRY)
-    # The statuses each action accepts (its transition's sources), and the
-    # status it usually leaves (a force-release can end superseded: failed).
+    choices = (FORCE_RELEASE, FORCE_FAIL, RETRY, CANCEL)
+    # The statuses each action accepts (its transition's sources; a cancel also
+    # asks a running item to stop), and the status it usually leaves (a
+    # force-release can end superseded: failed; a running item asked to stop
+    # stays in progress until its run ends).
     accepts: dict[str, tuple[str, ...]] = {
-        action: sql.TRANSITION[action].sources for action in choices
+        **{action: sql.TRANSITION[action].sources for action in choices},
+        CANCEL: (WorkItemStatus.PENDING, WorkItemStatus.IN_PROGRESS),
     }
     leaves: dict[str, str] = {
         FORCE_RELEASE: WorkItemStatus.PENDING,
         FORCE_FAIL: WorkItemStatus.FAILED,
         RETRY: WorkItemStatus.PENDING,
+        CANCEL: WorkItemStatus.CANCELLED,
     }
     labels: dict[str, str] = {
         FORCE_RELEASE: "Force-released",
         FORCE_FAIL: "Force-failed",
         RETRY: "Retried",
+        CANCEL: "Cancelled",
     }
 
 
@@ -162,6 +168,8 @@ def _apply(
                 f"its dependency {failed_deps[0]} failed and it fails with its dependencies: "
                 "retry that one first"
             )
+        if not skipped and action == Action.CANCEL and before["cancel_requested_at"]:
+            skipped = "it was asked to stop already; its run ends cancelled"
         if not skipped and action == Action.RETRY and before["key_holder"]:
             skipped = (
                 f"its unique key is held by {before['key_holder']}, which does this work; "
@@ -178,6 +186,10 @@ def _apply(
             )
         message = f"{Action.labels[action]} by {actor}: {reason}"
         statement = sql.transition(d, action, work_item_id, before["lease_token"], message)
+        if action == Action.CANCEL and before["status"] == WorkItemStatus.IN_PROGRESS:
+            # Running: asked to stop; its handler sees it within one heartbeat interval.
+            message = f"Asked to stop by {actor}: {reason}"
+            statement = sql.request_cancel(d, work_item_id, before["lease_token"])
         with transaction.atomic(using=using):  # a savepoint: a unique race is run again
             row = run_one(using, statement)
         if row is None:  # pragma: no cover - the row is locked
@@ -185,7 +197,8 @@ def _apply(
                 work_item_id, action, False, before["status"], None, "skipped: changed concurrently"
             )
         dependents_failed: list[str] = []
-        if row["has_dependents"] and row["status"] == WorkItemStatus.FAILED:
+        ended = (WorkItemStatus.FAILED, WorkItemStatus.CANCELLED)
+        if row["has_dependents"] and row["status"] in ended:
             dependents_failed = settle(using, failed=[work_item_id])
         create_checkpoint(
             before["task_id"],
@@ -196,6 +209,11 @@ def _apply(
                 "reason": reason,
                 "old_status": before["status"],
                 "new_status": row["status"],
+                **(
+                    {"cancel_requested": True}
+                    if action == Action.CANCEL and row["status"] == WorkItemStatus.IN_PROGRESS
+                    else {}
+                ),
                 "lease_holder": before["lease_holder"],
                 "lease_token": before["lease_token"],
                 "lease_expires_at": _iso(before["lease_expires_at"]),
@@ -256,4 +274,21 @@ def _iso(value: Any) -> str | None:
     return None if dt is None else dt.isoformat()
 
 
-__all__ = ["UNCHECKED", "Action", "OperatorResult", "apply_action"]
+def cancel(work_item_id: str, *, actor: str, reason: str, using: str = "default") -> OperatorResult:
+    """Cancel a work item: one not yet running at once, a running one asked to stop.
+
+    A pending item ends `cancelled` now. A running item is asked to stop: its
+    handler sees the request within one heartbeat interval (`ctx.cancelled`;
+    `checkpoint()` and `run_once()` raise `Cancelled`) and its run ends
+    `cancelled`, or its lease runs out and the sweep cancels it; a handler
+    that completes anyway completes. Dependents follow their
+    `on_dependency_failure`. Audited like every operator action (a
+    `state_transition` checkpoint naming `actor` and `reason`). A finished
+    item is skipped, and the result says why.
+    """
+    return apply_action(
+        Action.CANCEL, work_item_id, expected_token=None, actor=actor, reason=reason, using=using
+    )
+
+
+__all__ = ["UNCHECKED", "Action", "OperatorResult", "apply_action", "cancel"]

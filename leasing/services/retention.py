@@ -24,7 +24,7 @@ from ..sql.runner import run, run_each, run_one, translate_db_errors
 from ..states import WorkItemStatus
 from ..storage import storage_for
 
-FINISHED = (WorkItemStatus.COMPLETED, WorkItemStatus.FAILED)
+FINISHED = (WorkItemStatus.COMPLETED, WorkItemStatus.FAILED, WorkItemStatus.CANCELLED)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

@@ -22,11 +22,13 @@ if TYPE_CHECKING:
 FORCE_RELEASE = "force_release"
 FORCE_FAIL = "force_fail"
 RETRY = "retry"
+CANCEL = "cancel"
 
 TRANSITION = {
     FORCE_RELEASE: T.FORCE_RELEASE,
     FORCE_FAIL: T.FORCE_FAIL,
     RETRY: T.RETRY_FAILED,
+    CANCEL: T.CANCEL,
 }
 
 
@@ -36,6 +38,7 @@ def lock_item(d: Storage, item_id: str) -> Statement:
     sql = f"""
         SELECT task_id, work_type, status, lease_holder, lease_token, lease_expires_at,
                heartbeat_at, retry_count, max_retries, on_dependency_failure,
+               cancel_requested_at,
                {other_holder("work_items")} AS key_holder
         FROM work_items WHERE work_item_id = %s
         {d.row_lock("NO KEY UPDATE")}
@@ -50,13 +53,16 @@ def _set(d: Storage, action: str) -> str:
         holder = other_holder("work_items")
         returns = f"{holder} IS NULL"
         return f"""{T.FORCE_RELEASE.sets({T.PENDING: returns})}, {LEASE_CLEARED},
-            run_after = NULL, completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
+            run_after = NULL, cancel_requested_at = NULL,
+            completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
             error_message = CASE WHEN {returns} THEN %s
                             ELSE {superseded_message(holder, "%s")} END"""
     if action == FORCE_FAIL:
         return f"{T.FORCE_FAIL.sets()}, {LEASE_CLEARED}, completed_at = {d.now}, error_message = %s"
+    if action == CANCEL:
+        return f"{T.CANCEL.sets()}, completed_at = {d.now}, error_message = %s"
     return f"""{T.RETRY_FAILED.sets()}, retry_count = 0, interruptions = 0, run_after = NULL,
-        completed_at = NULL, error_message = %s"""
+        cancel_requested_at = NULL, completed_at = NULL, error_message = %s"""
 
 
 def transition(d: Storage, action: str, item_id: str, token: int, message: str) -> Statement:
@@ -78,3 +84,15 @@ def transition(d: Storage, action: str, item_id: str, token: int, message: str) 
         RETURNING status, has_dependents, {superseded_by}
     """
     return sql, [*messages, item_id, token]
+
+
+def request_cancel(d: Storage, item_id: str, token: int) -> Statement:
+    """Ask a running item to stop (no status change: its run ends cancelled once its
+    handler sees the request, or its lease runs out)."""
+    sql = f"""
+        UPDATE work_items SET cancel_requested_at = {d.now}, updated_at = {d.now}
+        WHERE work_item_id = %s AND status = {quoted(T.IN_PROGRESS)} AND lease_token = %s
+          AND cancel_requested_at IS NULL
+        RETURNING status, has_dependents, NULL AS superseded_by
+    """
+    return sql, [item_id, token]

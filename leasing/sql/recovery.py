@@ -43,6 +43,7 @@ def error_message(d: Storage, c: str = "c", w: str = "w") -> str:
         f"|| CAST({w}.max_retries AS {cast})"
     )
     return f"""CASE
+        WHEN {w}.cancel_requested_at IS NOT NULL THEN 'its lease expired'
         WHEN {c}.timed_out = 1 THEN 'Timed out after ' || CAST({c}.cap_seconds AS {cast}) || ' s'
              || CASE WHEN {c}.will_retry = 1 THEN {retry} ELSE '' END
         WHEN {c}.will_retry = 1 THEN 'Lease expired' || {retry}
@@ -54,8 +55,8 @@ def decisions(d: Storage, fail_types_sql: str) -> str:
     """Per candidate: will it be retried, does its type fail on expiry, did it time out."""
     timed_out = "lease_deadline_at IS NOT NULL AND lease_expires_at >= lease_deadline_at"
     return f"""
-        CASE WHEN retry_count < max_retries AND NOT ({fail_types_sql}) THEN 1 ELSE 0 END
-            AS will_retry,
+        CASE WHEN retry_count < max_retries AND NOT ({fail_types_sql})
+                  AND cancel_requested_at IS NULL THEN 1 ELSE 0 END AS will_retry,
         CASE WHEN {fail_types_sql} THEN 1 ELSE 0 END AS fail_policy,
         CASE WHEN {timed_out} THEN 1 ELSE 0 END AS timed_out,
         {d.seconds_between("lease_deadline_at", "lease_acquired_at")} AS cap_seconds
@@ -72,8 +73,8 @@ def recovered_set(d: Storage) -> Statement:
         superseded_by="c.superseded_by",
         row="w",
     )
-    # The message twice: in the superseded branch and in the other.
-    return sql, [FAIL_POLICY_MESSAGE, MAX_RETRIES_MESSAGE] * 2
+    # The message three times: in the cancelled, the superseded and the other branch.
+    return sql, [FAIL_POLICY_MESSAGE, MAX_RETRIES_MESSAGE] * 3
 
 
 def superseded(candidates: str) -> str:

@@ -12,10 +12,11 @@ if TYPE_CHECKING:
     from ..storage.base import Storage
 
 
-# A failed item that an unfinished dependent still waits for (it chose "wait":
-# the dependency may be retried) is not purged: without it the dependent could
-# never be released nor failed.
-STILL_AWAITED = f"""(status = {quoted(T.FAILED)} AND has_dependents AND EXISTS (
+# A failed or cancelled item that an unfinished dependent still waits for (it
+# chose "wait": the dependency may be retried) is not purged: without it the
+# dependent could never be released nor failed.
+STILL_AWAITED = f"""(status IN ({quoted(T.FAILED)}, {quoted(T.CANCELLED)}) AND has_dependents
+    AND EXISTS (
     SELECT 1 FROM work_item_dependencies AS e
     JOIN work_items AS dependent ON dependent.work_item_id = e.dependent_id
     WHERE e.dependency_id = work_items.work_item_id

@@ -30,7 +30,11 @@ FIRST_EDGE = 0.001  # seconds
 RATIO = 1.12
 _LOG_RATIO = math.log(RATIO)
 
-FINISHED = [WorkItemStatus.COMPLETED.value, WorkItemStatus.FAILED.value]
+FINISHED = [
+    WorkItemStatus.COMPLETED.value,
+    WorkItemStatus.FAILED.value,
+    WorkItemStatus.CANCELLED.value,
+]
 HOUR_COLUMNS = (
     "hour",
     "queue_name",

@@ -8,7 +8,8 @@ by one key:
     error                 the message also stored as the item's error_message
     reason                handler_error | lease_expired | timed_out | interrupted |
                           output_not_storable | operator | superseded (it would have been
-                          retried, but another item holds its unique key: see `error`)
+                          retried, but another item holds its unique key: see `error`) |
+                          cancelled (it was asked to stop)
     exception_class_path  dotted path of the exception class (worker failures)
     traceback             formatted traceback (worker failures)
     worker_id             the holder of the attempt that ended

@@ -96,6 +96,7 @@ def claim_set(d: Storage, holder: str, terms: LeaseTerms) -> Statement:
         {T.CLAIM.sets()}, lease_holder = %s, lease_token = lease_token + 1,
         lease_acquired_at = {d.now}, lease_expires_at = {expiry},
         lease_deadline_at = {deadline}, heartbeat_at = {d.now}, progress_at = NULL,
+        cancel_requested_at = NULL,
         started_at = COALESCE(started_at, {d.now}), updated_at = {d.now}
     """
     return sql, [holder, *expiry_params, *deadline_params]
@@ -143,21 +144,34 @@ def attempt_ended_set(
     allows one); `run_after` is when a retry becomes claimable; `error` the
     message; `superseded_by` the other holder of the item's unique key (SQL,
     NULL when none): an item that would be retried while another holds its
-    key ends failed instead, superseded by it. Shared by a worker's failed
-    release and the sweep's recovery.
+    key ends failed instead, superseded by it. An item asked to stop
+    (`cancel_requested_at`) ends cancelled, whatever else. Shared by a
+    worker's failed release and the sweep's recovery.
     """
     p = f"{row}." if row else ""
-    returns = f"(({retrying}) AND {superseded_by} IS NULL)"
-    superseded = f"(({retrying}) AND {superseded_by} IS NOT NULL)"
+    cancelled = cancel_requested(row)
+    returns = f"(NOT {cancelled} AND ({retrying}) AND {superseded_by} IS NULL)"
+    superseded = f"(NOT {cancelled} AND ({retrying}) AND {superseded_by} IS NOT NULL)"
     return f"""
-        {transition.sets({T.PENDING: returns})},
+        {transition.sets({T.CANCELLED: cancelled, T.PENDING: returns})},
         retry_count = CASE WHEN {returns} THEN {p}retry_count + 1 ELSE {p}retry_count END,
         run_after = CASE WHEN {returns} THEN {run_after} ELSE {p}run_after END,
         completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
-        error_message = CASE WHEN {superseded} THEN {superseded_message(superseded_by, error)}
+        error_message = CASE WHEN {cancelled} THEN {cancelled_message(error)}
+                        WHEN {superseded} THEN {superseded_message(superseded_by, error)}
                         ELSE {error} END,
         interruptions = 0, {LEASE_CLEARED}, updated_at = {d.now}
     """
+
+
+def cancel_requested(row: str = "") -> str:
+    """SQL: the item was asked to stop (`leasing.cancel()` of a running item)."""
+    return f"({row + '.' if row else ''}cancel_requested_at IS NOT NULL)"
+
+
+def cancelled_message(error: str) -> str:
+    """SQL: the error message of a run that ended after it was asked to stop."""
+    return f"'Cancelled as asked; the run ended with: ' || COALESCE({error}, '')"
 
 
 # What a worker's ending returns: the outcome, and who superseded the item (if anyone).
@@ -207,8 +221,8 @@ def end_attempt(
         WHERE work_item_id = %s AND {fence()} {plain_sql}
         RETURNING {_ENDING_COLUMNS}, {_superseded_by("work_items", retrying)}
     """
-    # `run_after`'s offset, then the message twice (superseded, or not).
-    return sql, [d.offset(backoff_seconds), error, error, item_id, holder, token]
+    # `run_after`'s offset, then the message three times (cancelled, superseded, or not).
+    return sql, [d.offset(backoff_seconds), error, error, error, item_id, holder, token]
 
 
 def requeue(
@@ -219,24 +233,40 @@ def requeue(
     A shutting-down worker hands back what it did not finish; an attempt cut
     short by the database (a lost connection, a lock timeout) is
     `interrupted`: it counts in `interruptions`, not in `retry_count`. While
-    another item holds its unique key it is superseded (failed) instead.
+    another item holds its unique key it is superseded (failed) instead, and
+    an item asked to stop ends cancelled.
     """
-    holder_sql = other_holder("work_items")
-    returns = f"{holder_sql} IS NULL"
+    set_sql, set_params = _handed_back_set(d, "%s" if interrupted else "error_message")
     interruptions = "interruptions + 1" if interrupted else "interruptions"
-    message = "%s" if interrupted else "error_message"
     sql = f"""
         UPDATE work_items
-        SET {T.HAND_BACK.sets({T.PENDING: returns})}, {LEASE_CLEARED},
-            error_message = CASE WHEN {returns} THEN {message}
-                            ELSE {superseded_message(holder_sql, "%s")} END,
-            completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
-            interruptions = {interruptions}, updated_at = {d.now}
+        SET {set_sql}, interruptions = {interruptions}
         WHERE work_item_id = %s AND {fence()}
         RETURNING {_ENDING_COLUMNS}, queue_name, {_superseded_by("work_items")}
     """
     why = error if interrupted else "handed back unfinished"
-    return sql, [*([error] if interrupted else []), why, item_id, holder, token]
+    params = [*([error] if interrupted else []), *[why] * set_params]
+    return sql, [*params, item_id, holder, token]
+
+
+def _handed_back_set(d: Storage, message: str) -> tuple[str, int]:
+    """SET list of a hand-back and how many times it takes the reason (`%s`) after `message`.
+
+    Back to pending, unless the item was asked to stop (cancelled) or another
+    item holds its unique key (superseded: failed).
+    """
+    holder_sql = other_holder("work_items")
+    cancelled = cancel_requested()
+    returns = f"(NOT {cancelled} AND {holder_sql} IS NULL)"
+    sql = f"""
+        {T.HAND_BACK.sets({T.CANCELLED: cancelled, T.PENDING: returns})}, {LEASE_CLEARED},
+        error_message = CASE WHEN {returns} THEN {message}
+                        WHEN {cancelled} THEN {cancelled_message("%s")}
+                        ELSE {superseded_message(holder_sql, "%s")} END,
+        completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
+        updated_at = {d.now}
+    """
+    return sql, 2
 
 
 def requeue_all(d: Storage, holder: str, keys: list[tuple[str, int]]) -> Statement:
@@ -246,27 +276,32 @@ def requeue_all(d: Storage, holder: str, keys: list[tuple[str, int]]) -> Stateme
     alone: its dependents must be settled with it, which the sweep does when
     its lease runs out.
     """
+    set_sql, reasons = _handed_back_set(d, "error_message")
     holder_sql = other_holder("work_items")
-    returns = f"{holder_sql} IS NULL"
     source, source_params = d.rows_table("k", [("id", "text"), ("token", "bigint")], keys)
     sql = f"""
         UPDATE work_items
-        SET {T.HAND_BACK.sets({T.PENDING: returns})}, {LEASE_CLEARED},
-            error_message = CASE WHEN {returns} THEN error_message
-                            ELSE {superseded_message(holder_sql, "%s")} END,
-            completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
-            updated_at = {d.now}
+        SET {set_sql}
         WHERE lease_holder = %s AND {T.HAND_BACK.leaves()}
           AND work_item_id IN (SELECT k.id FROM {source})
           AND lease_token = (SELECT k.token FROM {source} WHERE k.id = work_items.work_item_id)
-          AND NOT (has_dependents AND {holder_sql} IS NOT NULL)
+          AND NOT (has_dependents AND ({holder_sql} IS NOT NULL OR {cancel_requested()}))
         RETURNING work_item_id, lease_token, status, queue_name
     """
     why = "handed back by a forced stop"
-    return sql, [why, holder, *source_params, *source_params]
+    return sql, [*[why] * reasons, holder, *source_params, *source_params]
 
 
 # --- reads that decide a write ---------------------------------------------------------------
+
+
+def cancel_requests(d: Storage, holder: str) -> Statement:
+    """The leases of `holder` whose items were asked to stop (`leasing.cancel()`)."""
+    sql = f"""
+        SELECT work_item_id, lease_token FROM work_items
+        WHERE lease_holder = %s AND status = {IN_PROGRESS} AND cancel_requested_at IS NOT NULL
+    """
+    return sql, [holder]
 
 
 def lease_state(d: Storage, item_id: str) -> Statement:

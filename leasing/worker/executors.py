@@ -22,6 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import validation
 from ..context import WorkContext
+from ..exceptions import Cancelled
 from ..sql.runner import close_connection
 from .outcomes import Recorder
 from .slots import Slot, SlotState, SlotTable
@@ -174,8 +175,14 @@ class ExecutorPool:
             return
         self._check_connection(executor)
         context = WorkContext(slot.lease, slot.heartbeat, using=self.using)
+        if slot.cancel_requested:  # asked to stop before it started: it never runs
+            context.request_cancel()
         slot.context = context
         try:
+            if context.cancelled:
+                raise Cancelled(
+                    f"work item {slot.lease.work_item_id!r} was cancelled before it ran"
+                )
             output = self._call(slot, context)
             output_json = validation.payload("handler output", output)
         except BaseException as exc:

@@ -32,6 +32,7 @@ from ..services import endings
 from ..services.held import ReleaseOutcome
 from ..services.leases import LeaseManager
 from ..sql.runner import close_connection, is_infrastructure_error
+from ..states import WorkItemStatus
 from .slots import Slot
 
 logger = logging.getLogger("leasing.worker")
@@ -53,6 +54,7 @@ class Counters:
     timed_out: int = 0
     lost: int = 0
     requeued: int = 0
+    cancelled: int = 0
     # Not yet added to the process's `workers` row.
     unreported_completed: int = 0
     unreported_failed: int = 0
@@ -90,6 +92,7 @@ class WorkerSummary:
     timed_out: int
     lost: int
     requeued: int
+    cancelled: int
     elapsed_seconds: float
     reason: str
 
@@ -210,7 +213,15 @@ class Recorder:
         outcome = self.write(
             slot, "a hand-back", lambda: self.manager.requeue(slot.key, interrupted=False)
         )
-        if outcome is not None and outcome.superseded_by:
+        if outcome is not None and outcome.status == WorkItemStatus.CANCELLED:
+            logger.info(
+                "%s (%s) not handed back (%s): cancelled, as asked",
+                slot.lease.work_item_id,
+                slot.lease.work_type,
+                why,
+            )
+            self.counters.add(cancelled=1)
+        elif outcome is not None and outcome.superseded_by:
             logger.info(
                 "%s (%s) not handed back (%s): superseded by %s, which holds its unique key",
                 slot.lease.work_item_id,
@@ -240,6 +251,15 @@ class Recorder:
                 error,
             )
             self.counters.add(interrupted=1)
+        elif outcome.status == WorkItemStatus.CANCELLED:
+            logger.info(
+                "cancelled %s (%s) after %d ms, as asked (%s)",
+                lease.work_item_id,
+                lease.work_type,
+                slot.elapsed_ms(),
+                error,
+            )
+            self.counters.add(cancelled=1)
         elif outcome.superseded_by:
             logger.info(
                 "%s (%s) failed after %d ms with %s and is not retried: superseded by %s, "

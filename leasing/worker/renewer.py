@@ -103,12 +103,27 @@ class LeaseRenewer(IntervalThread):
         self._by_key = {slot.key: slot for slot in slots}
         # A lease is renewed at the last tick before its period runs out.
         self.keeper.keep([self.policy(slot) for slot in slots], slack=self.interval)
+        if slots:
+            self._pass_on_cancel_requests()
         if self.on_tick is not None:
             try:
                 self.on_tick()
             except (DatabaseUnavailable, DatabaseError) as exc:
                 # The process could not prove it is alive: a failed round like any other.
                 self.keeper.failed([], exc)
+
+    def _pass_on_cancel_requests(self) -> None:
+        """Tell the runs whose items someone asked to stop (within one tick of the request)."""
+        try:
+            requested = self.manager.cancel_requests()
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            logger.warning("could not read the requests to stop: %s", exc)
+            return
+        for key in requested:
+            slot = self._by_key.get(key)
+            if slot is not None and not slot.cancel_requested:
+                logger.info("%s (token %d) was asked to stop", key[0], key[1])
+                slot.request_cancel()
 
     def _lost(self, kept: KeptLease, error: BaseException) -> None:
         slot = self._by_key.get(kept.key)

@@ -160,7 +160,7 @@ class WorkerRuntime:
         summary = self.summary(reason)
         logger.info(
             "worker %s stopped (%s): claimed %d, completed %d, failed %d, retried %d, "
-            "interrupted %d, timed out %d, lost %d, handed back %d",
+            "interrupted %d, timed out %d, lost %d, handed back %d, cancelled %d",
             self.worker_id,
             reason,
             summary.claimed,
@@ -171,6 +171,7 @@ class WorkerRuntime:
             summary.timed_out,
             summary.lost,
             summary.requeued,
+            summary.cancelled,
         )
         return summary
 

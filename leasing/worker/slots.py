@@ -39,6 +39,7 @@ class Slot:
     """One run of one lease; built once per claimed item, so a plain class with slots."""
 
     __slots__ = (
+        "cancel_requested",
         "claimed_at",
         "context",
         "deadline_at",
@@ -70,6 +71,8 @@ class Slot:
         self.deadline_at = self.claimed_at + lease.cap_seconds
         self.heartbeat = Heartbeat()
         self.context: WorkContext | None = None
+        # Someone asked the item to stop (`leasing.cancel()`): the renewer saw it.
+        self.cancel_requested = False
         self.state = SlotState.QUEUED
         self.executor: Executor | None = None
         self.started_at: float | None = None
@@ -101,6 +104,12 @@ class Slot:
 
     def elapsed_ms(self) -> float:
         return (time.monotonic() - (self.started_at or self.claimed_at)) * 1000
+
+    def request_cancel(self) -> None:
+        """Tell the handler (now, or when it starts) that the item was asked to stop."""
+        self.cancel_requested = True
+        if self.context is not None:
+            self.context.request_cancel()
 
     def lose(self, reason: str) -> None:
         """Tell the handler its lease is gone: its writes are refused from now on."""

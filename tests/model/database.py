@@ -23,7 +23,7 @@ TABLES = (
     "leasing_finished_hours",
     "leasing_rollup_marks",
 )
-FINISHED = "('completed', 'failed')"
+FINISHED = "('completed', 'failed', 'cancelled')"
 
 
 def now() -> str:
@@ -104,7 +104,7 @@ def rows() -> dict[str, dict[str, Any]]:
             f"""
             SELECT work_item_id, status, lease_holder, lease_token, lease_expires_at,
                    retry_count, max_retries, dependencies_left, unique_key, unique_scope,
-                   queue_name, work_type, error_message, completed_at,
+                   queue_name, work_type, error_message, completed_at, cancel_requested_at,
                    CASE WHEN COALESCE(run_after, created_at) <= {n} THEN 1 ELSE 0 END AS ready,
                    CASE WHEN lease_expires_at < {n} THEN 1 ELSE 0 END AS expired
             FROM work_items

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import database as db
-from .reference import COMPLETED, FAILED, IN_PROGRESS, PENDING, STATUSES, Reference
+from .reference import CANCELLED, COMPLETED, FAILED, IN_PROGRESS, PENDING, STATUSES, Reference
 
 
 def check_invariants(
@@ -23,8 +23,10 @@ def check_invariants(
         assert (status == IN_PROGRESS) == (leased[0] is not None), f"{item_id}: {row}"
         assert (status == IN_PROGRESS) == (leased[1] is not None), f"{item_id}: {row}"
         assert row["retry_count"] <= row["max_retries"], f"{item_id}: {row}"
-        if status in (COMPLETED, FAILED):
+        if status in (COMPLETED, FAILED, CANCELLED):
             assert row["completed_at"] is not None, f"{item_id} finished without completed_at"
+        if status == PENDING:
+            assert row["cancel_requested_at"] is None, f"{item_id}: pending, asked to stop"
         scope = row["unique_scope"]
         holding = status == PENDING or (status == IN_PROGRESS and scope == "unfinished")
         if holding and row["unique_key"] is not None:
@@ -74,6 +76,8 @@ def compare_with_model(
             assert bool(row["ready"]) == item.ready, f"{item.id}: run_after {row}"
         if item.status == IN_PROGRESS:
             assert bool(row["expired"]) == item.expired, item.id
+            asked = row["cancel_requested_at"] is not None
+            assert asked == item.cancel_requested, f"{item.id}: asked to stop {asked}, model {item}"
         if item.superseded_by is None:
             assert row["retry_count"] == item.retry_count, f"{item.id}: {row}, model {item}"
         else:

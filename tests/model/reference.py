@@ -14,8 +14,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 PENDING, IN_PROGRESS, COMPLETED, FAILED = "pending", "in_progress", "completed", "failed"
-STATUSES = frozenset({PENDING, IN_PROGRESS, COMPLETED, FAILED})
-FORCE_RELEASE, FORCE_FAIL, RETRY = "force_release", "force_fail", "retry"
+CANCELLED = "cancelled"
+STATUSES = frozenset({PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELLED})
+# A dependency in one of these never completes (unless an operator retries it).
+ENDED = (FAILED, CANCELLED)
+FORCE_RELEASE, FORCE_FAIL, RETRY, CANCEL = "force_release", "force_fail", "retry", "cancel"
 
 Key = tuple[str, str]  # (unique_key, unique_scope)
 
@@ -33,6 +36,7 @@ DRIVEN_BY = {
     "force_release": "operator_action",
     "force_fail": "operator_action",
     "retry_failed": "operator_action",
+    "cancel": "operator_action",
     "dependency_failed": "fail",
     "purge": "purge",
 }
@@ -58,6 +62,8 @@ class Item:
     expired: bool = False
     # The item that held its key when it tried to return to pending.
     superseded_by: str | None = None
+    # Asked to stop while running (leasing.cancel): its run's ending cancels it.
+    cancel_requested: bool = False
 
     def holds_key(self) -> bool:
         """A status-scoped key: "pending" while pending, "unfinished" while pending or running."""
@@ -149,7 +155,7 @@ class Reference:
         item = Item(new_id, queue, work_type, max_retries, key, list(deps), on_dependency_failure)
         item.dependencies_left = sum(1 for d in deps if self.items[d].status != COMPLETED)
         self.items[new_id] = item
-        if on_dependency_failure == "fail" and any(self.items[d].status == FAILED for d in deps):
+        if on_dependency_failure == "fail" and any(self.items[d].status in ENDED for d in deps):
             self._fail(item)
         return new_id, False
 
@@ -162,6 +168,7 @@ class Reference:
             item.token + 1,
             False,
         )
+        item.cancel_requested = False  # a new run
 
     def complete(self, item_id: str) -> str:
         item = self.items[item_id]
@@ -173,6 +180,9 @@ class Reference:
     def end_attempt(self, item_id: str, *, retry: bool) -> str:
         """A worker's failed release: back to pending after a backoff while retries are left."""
         item = self.items[item_id]
+        if item.cancel_requested:
+            self._end(item, CANCELLED)
+            return CANCELLED
         if retry and item.retry_count < item.max_retries:
             return self._return_to_pending(item, counted=True, ready=False)
         self._fail(item)
@@ -180,7 +190,11 @@ class Reference:
 
     def hand_back(self, item_id: str) -> str:
         """requeue_lease / an interruption: back to pending, no retry counted."""
-        return self._return_to_pending(self.items[item_id], counted=False, ready=True)
+        item = self.items[item_id]
+        if item.cancel_requested:
+            self._end(item, CANCELLED)
+            return CANCELLED
+        return self._return_to_pending(item, counted=False, ready=True)
 
     def sweep(self, expired: list[str], left_pending: set[str]) -> None:
         """The sweep's pass over these expired leases.
@@ -191,7 +205,9 @@ class Reference:
         """
         for item_id in sorted(expired, key=lambda i: i not in left_pending):
             item = self.items[item_id]
-            if item.retry_count < item.max_retries:
+            if item.cancel_requested:
+                self._end(item, CANCELLED)
+            elif item.retry_count < item.max_retries:
                 self._return_to_pending(item, counted=True, ready=True)
             else:
                 self._fail(item)
@@ -203,23 +219,33 @@ class Reference:
         accepts = {
             FORCE_RELEASE: (IN_PROGRESS,),
             FORCE_FAIL: (IN_PROGRESS, PENDING),
-            RETRY: (FAILED,),
+            RETRY: (FAILED, CANCELLED),
+            CANCEL: (PENDING, IN_PROGRESS),
         }[action]
         if item.status not in accepts:
             return "status"
         if expected_token is not None and expected_token != item.token:
             return "token"
         if action == FORCE_RELEASE:
+            item.cancel_requested = False
             self._return_to_pending(item, counted=False, ready=True)
         elif action == FORCE_FAIL:
             self._fail(item)
+        elif action == CANCEL:
+            if item.status == PENDING:
+                self._end(item, CANCELLED)
+            elif item.cancel_requested:
+                return "requested"
+            else:
+                item.cancel_requested = True  # its run's ending cancels it
         else:
-            failed_deps = [d for d in item.deps if self.items[d].status == FAILED]
+            failed_deps = [d for d in item.deps if self.items[d].status in ENDED]
             if failed_deps and item.on_dependency_failure == "fail":
                 return "dependency"
             if self.key_holder(item.key) is not None:
                 return "key"
             item.status, item.retry_count, item.ready, item.superseded_by = PENDING, 0, True, None
+            item.cancel_requested = False
         return None
 
     def pause(self, kind: str, name: str, paused: bool) -> bool:
@@ -239,7 +265,7 @@ class Reference:
         """Finished items go, but never a failed one an unfinished dependent still waits for."""
 
         def awaited(item: Item) -> bool:
-            return item.status == FAILED and any(
+            return item.status in ENDED and any(
                 item.id in other.deps and other.status in (PENDING, IN_PROGRESS)
                 for other in self.items.values()
             )
@@ -266,8 +292,13 @@ class Reference:
 
     def _fail(self, item: Item, *, superseded_by: str | None = None) -> None:
         """Failed for good; dependents that fail with their dependencies follow (recursively)."""
+        self._end(item, FAILED, superseded_by=superseded_by)
+
+    def _end(self, item: Item, status: str, *, superseded_by: str | None = None) -> None:
+        """Ended without completing (failed or cancelled); dependents that fail with their
+        dependencies fail (recursively)."""
         item.status, item.holder, item.expired, item.superseded_by = (
-            FAILED,
+            status,
             None,
             False,
             superseded_by,

@@ -230,3 +230,17 @@ def send_welcome(ctx: WorkContext) -> Any:
     )
     ctx.checkpoint("iteration_end", {"mailed": email})
     return {"mailed": email}
+
+
+@handler("test.until_cancelled")
+def until_cancelled(ctx: WorkContext) -> Any:
+    """Works (beating) until it is asked to stop, then checkpoints, which raises Cancelled."""
+    record(ctx, "start")
+    deadline = time.monotonic() + float((ctx.input or {}).get("seconds", 10))
+    while time.monotonic() < deadline:
+        ctx.beat()
+        if ctx.cancelled:
+            record(ctx, "cancelled")
+            ctx.checkpoint("manual_checkpoint", {"stopping": True})  # raises Cancelled
+        time.sleep(0.05)
+    return {"ran_out": True}

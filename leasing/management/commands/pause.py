@@ -1,4 +1,6 @@
-"""`python manage.py pause --queue emails --reason "..."`: pause or resume a queue or work type."""
+"""`python manage.py pause --queue emails --reason "..."`: pause or resume a queue or work type.
+
+With neither --queue nor --work-type, it lists the active pauses."""
 
 from __future__ import annotations
 
@@ -29,16 +31,17 @@ class Command(LeasingCommand):
     help = (
         "Pause (or with --resume, resume) claims of one queue or one work type. Every worker "
         "skips a paused queue or work type from its next claim; items in flight finish and "
-        "enqueues go on. --list shows the active pauses."
+        "enqueues go on. With neither --queue nor --work-type it lists the active pauses."
     )
 
     removed_flags = {
         "--by": "the audit records the OS user running the command; from Python, "
         "leasing.pause(..., by=...).",
+        "--list": "run `manage.py pause` with neither --queue nor --work-type.",
     }
 
     def add_arguments(self, parser: CommandParser) -> None:
-        which = parser.add_mutually_exclusive_group(required=True)
+        which = parser.add_mutually_exclusive_group()
         which.add_argument(
             "--queue",
             type=non_empty,
@@ -50,11 +53,6 @@ class Command(LeasingCommand):
             type=non_empty,
             help="The work type to pause or resume: stop a handler that misbehaves until a fix "
             "is deployed.",
-        )
-        which.add_argument(
-            "--list",
-            action="store_true",
-            help="List the active pauses and exit: what is paused, since when, by whom, why.",
         )
         parser.add_argument(
             "--resume",
@@ -68,9 +66,12 @@ class Command(LeasingCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["list"]:
+        if options["queue"] is None and options["work_type"] is None:
             if options["resume"] or options["reason"]:
-                raise CommandError("--list takes no --resume or --reason.")
+                raise CommandError(
+                    "--resume and --reason need --queue or --work-type (alone, the command "
+                    "lists the active pauses)."
+                )
             self._list()
             return
         if options["reason"] is None:

@@ -136,6 +136,7 @@ class Command(LeasingCommand):
                     "timed_out",
                     "lost",
                     "requeued",
+                    "cancelled",
                 )
             )
             self.stdout.write(f"worker {summary.worker_id} stopped ({summary.reason}): {counts}")

@@ -139,7 +139,8 @@ def recover_locked(
         snapshot = error_boundary_sql(
             {
                 "error": "r.error_message",
-                "reason": f"""CASE WHEN c.will_retry = 1 AND r.status <> {PENDING} THEN 'superseded'
+                "reason": f"""CASE WHEN r.status = 'cancelled' THEN 'cancelled'
+                    WHEN c.will_retry = 1 AND r.status <> {PENDING} THEN 'superseded'
                     WHEN c.timed_out = 1 THEN 'timed_out' ELSE 'lease_expired' END""",
                 "worker_id": "c.lease_holder",
                 "lease_token": "c.lease_token",

@@ -78,7 +78,9 @@ def _snapshot(candidate: dict[str, Any], recovered: dict[str, Any]) -> dict[str,
     return error_boundary(
         error=recovered["error_message"],
         reason=(
-            "superseded"
+            "cancelled"
+            if recovered["status"] == WorkItemStatus.CANCELLED
+            else "superseded"
             if candidate["will_retry"] and not will_retry
             else "timed_out"
             if candidate["timed_out"]

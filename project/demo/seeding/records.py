@@ -131,9 +131,11 @@ class Records:
 
     def _operator(self, task_id: str, spec: dict[str, Any]) -> None:
         where = f"task {task_id!r} operator action"
-        action = {"retry": Action.RETRY, "force_release": Action.FORCE_RELEASE}.get(
-            spec.get("action"), spec.get("action")
-        )
+        action = {
+            "retry": Action.RETRY,
+            "force_release": Action.FORCE_RELEASE,
+            "cancel": Action.CANCEL,
+        }.get(spec.get("action"), spec.get("action"))
         item_id = self._item_id(task_id, spec.get("item"), where)
         token = (
             WorkItem.objects.using(self.using).values_list("lease_token", flat=True).get(pk=item_id)
