@@ -20,7 +20,8 @@ BENCH_ARGS ?=
 # Browser tests use Debian's Chromium; Playwright must never fetch its own.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: venv venv-django60 lint test test-sqlite test-postgres test-django60 \
+.PHONY: venv venv-django60 lint test test-unit test-db test-process test-browser \
+	test-sqlite test-postgres test-sqlite-pass test-postgres-pass test-django60 \
 	test-django60-postgres new-user test-ha test-faults test-faults-short \
 	test-bench-smoke test-model-long ci ci-django60 \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs deadcode
@@ -56,42 +57,66 @@ lint: venv
 deadcode: venv
 	$(VENV)/bin/vulture leasing scripts/vulture_whitelist.py --min-confidence 60
 
+# The tiers (tests/<tier>/, docs/how-to/contributing.md): `unit` needs no database
+# server (SQLite in memory) and runs once; `db`, `process` and `browser` run on
+# SQLite and on PostgreSQL (never skipped there). `make test-db` and the others
+# run one tier on both databases.
+UNIT_URL := sqlite:///$(CURDIR)/.test-unit.sqlite3
+PG_PASS := DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1
+SERVER_TIERS := tests/db tests/process tests/browser
+
+test-unit: venv
+	DATABASE_URL=$(UNIT_URL) SQLITE_TEST_NAME=:memory: $(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-db test-process test-browser: test-%: venv
+	@./scripts/ensure-chromium.sh
+	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
+	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest tests/$* $(PYTEST_ARGS)
+	$(PG_PASS) $(PY) -m pytest tests/$* $(PYTEST_ARGS)
+
+# Every tier on one database (the unit tier with the SQLite pass).
 test-sqlite: venv
 	@./scripts/ensure-chromium.sh
-	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest tests/unit $(SERVER_TIERS) $(PYTEST_ARGS)
 
 test-postgres: venv
 	@./scripts/ensure-chromium.sh
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
-	DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 $(PY) -m pytest $(PYTEST_ARGS)
+	$(PG_PASS) $(PY) -m pytest $(SERVER_TIERS) $(PYTEST_ARGS)
 
-# The suite on Django 6.0, the oldest Django the app supports: the SQLite pass
-# (every test but the PostgreSQL-only ones, whose SQL does not depend on the
-# Django release), which is what CI runs; test-django60-postgres is the
-# PostgreSQL pass on 6.0.
+# On Django 6.0, the oldest Django the app supports: test-django60 is the
+# SQLite pass of every tier, test-django60-postgres the PostgreSQL pass.
 test-django60: venv-django60
 	@./scripts/ensure-chromium.sh
-	DATABASE_URL=$(SQLITE_TEST_URL) $(PY60) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(SQLITE_TEST_URL) $(PY60) -m pytest tests/unit $(SERVER_TIERS) $(PYTEST_ARGS)
 
 test-django60-postgres: venv-django60
 	@./scripts/ensure-chromium.sh
 	@PY=$(PY60) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
-	DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 $(PY60) -m pytest $(PYTEST_ARGS)
+	$(PG_PASS) $(PY60) -m pytest $(SERVER_TIERS) $(PYTEST_ARGS)
 
-# Only the new-user test (scripts/new_user.py), on SQLite and on PostgreSQL; both
-# passes of `make test` run it too.
+# Only the new-user test (scripts/new_user.py), on SQLite and on PostgreSQL; the
+# process tier runs it too.
 new-user: venv
 	$(PY) scripts/new_user.py sqlite
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	$(PY) scripts/new_user.py postgres --database-url $(DATABASE_URL)
 
-# The whole suite on SQLite, then on PostgreSQL (never skipped); each pass
-# includes the new-user test.
-test: lint
+# The README's test command: lint, the unit tier, then the SQLite and the
+# PostgreSQL passes of the other tiers at once (their output is shown as each
+# pass ends). Set TEST_JOBS=1 to run the passes one after the other.
+TEST_JOBS ?= 2
+test: lint test-unit
+	@./scripts/ensure-chromium.sh
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
-	$(MAKE) --no-print-directory test-sqlite
-	$(MAKE) --no-print-directory test-postgres
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-sqlite-pass test-postgres-pass
 	@if [ "$(TEST_DJANGO60)" = 1 ]; then $(MAKE) --no-print-directory test-django60; fi
+
+test-sqlite-pass: venv
+	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest $(SERVER_TIERS) $(PYTEST_ARGS)
+
+test-postgres-pass: venv
+	$(PG_PASS) $(PY) -m pytest $(SERVER_TIERS) $(PYTEST_ARGS)
 
 # Every benchmark scenario at small sizes against PostgreSQL (2-5 minutes;
 # the first run also builds the peers' virtualenv): checks that each runs and
@@ -99,34 +124,29 @@ test: lint
 test-bench-smoke: venv
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	LEASING_BENCH_SMOKE=1 DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 \
-		$(PY) -m pytest tests/test_bench_smoke.py $(PYTEST_ARGS)
+		$(PY) -m pytest tests/bench/test_bench_smoke.py $(PYTEST_ARGS)
 
-# The model test (tests/test_state_model.py) with MODEL_EXAMPLES examples of up
+# The model test (tests/db/test_state_model.py) with MODEL_EXAMPLES examples of up
 # to 50 steps, on SQLite then on PostgreSQL (`make test` runs 150). A failure
 # prints the shrunk sequence of steps; .hypothesis/ keeps it, so the next run
 # replays it first.
 MODEL_EXAMPLES ?= 5000
 test-model-long: venv
 	DATABASE_URL=$(SQLITE_TEST_URL) LEASING_MODEL_EXAMPLES=$(MODEL_EXAMPLES) \
-		$(PY) -m pytest tests/test_state_model.py $(PYTEST_ARGS)
+		$(PY) -m pytest tests/db/test_state_model.py $(PYTEST_ARGS)
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 LEASING_MODEL_EXAMPLES=$(MODEL_EXAMPLES) \
-		$(PY) -m pytest tests/test_state_model.py $(PYTEST_ARGS)
+		$(PY) -m pytest tests/db/test_state_model.py $(PYTEST_ARGS)
 
-# What CI runs (.ci/run): the README's `make test`, the benchmark smoke run, the
-# suite on Django 6.0 and the HA suite, 20 to 30 minutes in all.
-# CI's pass on Django 6.0: not the browser tests (the HTML tests render the same
-# pages) nor the modules that run workers, demos and crashes in real processes
-# (their code does not depend on the Django release), nor the new-user test
-# (its site installs the newest Django whatever runs the suite), so that CI
-# stays under 30 minutes on the host's slowest phase.
-DJANGO60_CI_ARGS = -m "not browser" --ignore=tests/test_demo.py \
-	--ignore=tests/test_edges_runs.py --ignore=tests/test_crash.py \
-	--ignore=tests/test_lease_concurrency.py --ignore=tests/test_worker_process.py \
-	--ignore=tests/test_new_user.py
-
-ci-django60:
-	$(MAKE) --no-print-directory test-django60 PYTEST_ARGS='$(DJANGO60_CI_ARGS)'
+# What CI runs (.ci/run): the README's `make test`, the documentation site, the
+# benchmark smoke run, the suite on Django 6.0, the HA suite and a short fault run.
+# CI's pass on Django 6.0 is the unit and db tiers on SQLite: the process and
+# browser tiers run the same code in other processes and pages, whose behaviour
+# does not depend on the Django release, and the new-user test installs the
+# newest Django whatever runs the suite.
+DJANGO60_URL := sqlite:///$(CURDIR)/.test-django60.sqlite3
+ci-django60: venv-django60
+	DATABASE_URL=$(DJANGO60_URL) $(PY60) -m pytest tests/unit tests/db $(PYTEST_ARGS)
 
 ci: test docs test-bench-smoke ci-django60 test-ha test-faults-short
 
@@ -201,4 +221,4 @@ bench-blocked: venv
 	DATABASE_URL=$(DATABASE_URL) $(PY) -m bench.blocked $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VENV60) .cache bench/.peers-venv .test-run.sqlite3* .test-db.sqlite3* artifacts
+	rm -rf $(VENV) $(VENV60) .cache bench/.peers-venv .test-*.sqlite3* artifacts

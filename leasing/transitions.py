@@ -10,7 +10,7 @@ Features that care about statuses (unique keys, dependencies, pauses,
 concurrency limits, the lease fence) each state, in `GUARDS`, what they
 require of every transition into or out of those statuses. A transition added
 here without a rule of every feature it concerns fails
-`tests/test_transitions.py`, and the model test (`tests/test_state_model.py`)
+`tests/unit/test_transitions.py`, and the model test (`tests/db/test_state_model.py`)
 drives each transition against a reference model.
 
 Importable before `django.setup()`, like `leasing.states`.

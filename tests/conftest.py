@@ -11,16 +11,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from django.db import OperationalError, connection, connections
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.helpers import ROOT, database_url, run_in_threads
 
 # tests/ha builds clusters, a pooler and network namespaces as root: only
 # `make test-ha` (LEASING_HA_TESTS=1) collects it.
@@ -33,7 +30,7 @@ if os.environ.get("LEASING_FAULT_TESTS") != "1":
 # own target, `make test-bench-smoke` (LEASING_BENCH_SMOKE=1), which CI runs
 # after `make test`; that keeps `make test` under 15 minutes.
 if os.environ.get("LEASING_BENCH_SMOKE") != "1":
-    collect_ignore.append("test_bench_smoke.py")
+    collect_ignore.append("bench")
 
 
 def _vendor() -> str:
@@ -61,8 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
-    """The test database, with the state machine's guard (tests/transition_guard.py)."""
-    from tests import transition_guard
+    """The test database, with the state machine's guard (tests/support/transition_guard.py)."""
+    from tests.support import transition_guard
 
     with django_db_blocker.unblock():
         transition_guard.install()
@@ -80,7 +77,7 @@ def _declared_transitions_only(request: pytest.FixtureRequest) -> Iterator[None]
         "transactional_db" in request.fixturenames
     )
     request.getfixturevalue("transactional_db" if transactional else "db")
-    from tests import transition_guard
+    from tests.support import transition_guard
 
     transition_guard.clear()
     yield
@@ -132,62 +129,9 @@ def make_items(db: None) -> Callable[..., list[Any]]:
     return make
 
 
-def run_in_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
-    """Run target(i) in `count` threads started together; return results or raise.
-
-    Each thread closes its own database connection when it ends so the test
-    database can be dropped afterwards.
-    """
-    barrier = threading.Barrier(count)
-    results: list[Any] = [None] * count
-    errors: list[BaseException] = []
-
-    def runner(index: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[index] = target(index)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=runner, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    if errors:
-        raise errors[0]
-    return results
-
-
 @pytest.fixture
 def threads() -> Callable[[int, Callable[[int], Any]], list[Any]]:
     return run_in_threads
-
-
-def raise_deadlock() -> None:
-    """Raise what Django raises when PostgreSQL aborts a statement to break a deadlock."""
-    import psycopg
-    from django.db import OperationalError
-
-    try:
-        raise psycopg.errors.DeadlockDetected("deadlock detected")
-    except psycopg.Error as cause:
-        raise OperationalError("deadlock detected") from cause
-
-
-def database_url() -> str:
-    """A DATABASE_URL for the test database, for subprocesses."""
-    s = connections["default"].settings_dict
-    if s["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{s['NAME']}"
-    user = quote(s.get("USER") or "")
-    password = s.get("PASSWORD") or ""
-    auth = f"{user}:{quote(password)}@" if password else (f"{user}@" if user else "")
-    host = s.get("HOST") or "127.0.0.1"
-    port = f":{s['PORT']}" if s.get("PORT") else ""
-    return f"postgres://{auth}{host}{port}/{s['NAME']}"
 
 
 @pytest.fixture
@@ -232,40 +176,13 @@ def spawn(subprocess_env: dict[str, str]) -> Iterator[Callable[..., subprocess.P
             proc.stderr.close()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02) -> float:
-    """Wait until predicate() is true; return the seconds it took (AssertionError on timeout)."""
-    import time
-
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(interval)
-    raise AssertionError("condition not reached in time")
-
-
-def row(item_id: str) -> dict[str, Any]:
-    """The work item's row as a dict, read now."""
-    from leasing.models import WorkItem
-
-    return WorkItem.objects.filter(pk=item_id).values().get()
-
-
-def recorded(path: Path, what: str | None = None) -> list[list[str]]:
-    """Lines a test handler recorded (`item token what worker`), optionally of one kind."""
-    if not path.exists():
-        return []
-    lines = [line.split() for line in path.read_text().splitlines() if line.strip()]
-    return [line for line in lines if what is None or line[2] == what]
-
-
-# --- the admin tests' scenario and clients (tests/test_admin_support.py) ----------------
+# --- the admin tests' scenario and clients (tests/support/admin.py) ----------------
 
 
 @pytest.fixture
 def scenario(db: None) -> Any:
     """One item in each lease health and status (`lease_scenario()`)."""
-    from tests.test_admin_support import lease_scenario
+    from tests.support.admin import lease_scenario
 
     return lease_scenario()
 
@@ -285,7 +202,7 @@ def viewer_client(db: None) -> Any:
 def _admin_client(username: str, *extra_perms: str) -> Any:
     from django.test import Client
 
-    from tests.test_admin_support import VIEW_ALL, make_user
+    from tests.support.admin import VIEW_ALL, make_user
 
     client = Client()
     client.force_login(make_user(username, *VIEW_ALL, *extra_perms))

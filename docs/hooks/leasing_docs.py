@@ -38,9 +38,9 @@ _MARKER = re.compile(r"^<!-- (generated|include): ([\w./-]+) -->$", re.MULTILINE
 
 def _monitoring_sql() -> str:
     try:
-        from tests import spec_sql
+        from tests.support import spec_sql
     except ImportError as exc:
-        warn(f"the monitoring SQL is read from tests/spec_sql.py, which cannot be imported: {exc}")
+        warn(f"the monitoring SQL (tests/support/spec_sql.py) cannot be imported: {exc}")
         return ""
     queries = (spec_sql.ACTIVE_AND_STALE, spec_sql.RETRY_DISTRIBUTION, spec_sql.TIMELINE)
     return "```sql\n" + "\n".join(q.strip() + "\n" for q in queries) + "```\n"

@@ -61,8 +61,18 @@ def _set(d: Storage, action: str) -> str:
         return f"{T.FORCE_FAIL.sets()}, {LEASE_CLEARED}, completed_at = {d.now}, error_message = %s"
     if action == CANCEL:
         return f"{T.CANCEL.sets()}, completed_at = {d.now}, error_message = %s"
+    # Counted again: a dependency purged since the item ended is no longer waited for.
     return f"""{T.RETRY_FAILED.sets()}, retry_count = 0, interruptions = 0, run_after = NULL,
-        cancel_requested_at = NULL, completed_at = NULL, error_message = %s"""
+        cancel_requested_at = NULL, completed_at = NULL, error_message = %s,
+        dependencies_left = {_not_completed_dependencies()}"""
+
+
+def _not_completed_dependencies() -> str:
+    """SQL: how many of the row's remaining dependencies have not completed."""
+    return f"""(SELECT COUNT(*) FROM work_item_dependencies e
+                JOIN work_items dep ON dep.work_item_id = e.dependency_id
+                WHERE e.dependent_id = work_items.work_item_id
+                  AND dep.status <> {quoted(T.COMPLETED)})"""
 
 
 def transition(d: Storage, action: str, item_id: str, token: int, message: str) -> Statement:

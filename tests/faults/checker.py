@@ -2,7 +2,7 @@
 
 Each check is a pure function of the run's records (`tests.faults.records`)
 and returns the violations it found; none of them reads a clock or a
-database, so a test can hand them made-up histories (tests/test_fault_checker.py).
+database, so a test can hand them made-up histories (tests/unit/test_fault_checker.py).
 
 The journal of committed changes is the ground truth for what the database
 did; the stored outputs, the effect ledger and the processes' signal records

@@ -101,7 +101,7 @@ def markdown(report: Report) -> str:
         "(`records/`), the injector's log of every fault (`faults.log`), the cluster's log, "
         "the journal, the items and the ledger as CSV (`database/`) and this report: a "
         "violation names its item and token, to be followed through those files.",
-        "- The checker's own tests (`tests/test_fault_checker.py`, part of `make test`) plant "
+        "- The checker's own tests (`tests/unit/test_fault_checker.py`, part of `make test`) plant "
         "one violation of each property in a made-up history and see it fail.",
         "",
         "## What runs",

@@ -144,7 +144,7 @@ def test_console_reads_from_replica_and_leases_stay_on_primary(
     # The holder wedges, as the workers operators force-release do: its
     # heartbeats stop. A live holder renews every second here, and a renewal
     # between the confirmation page and the POST rightly skips the item
-    # (tests/test_admin.py covers that), which a slow host made happen.
+    # (tests/db/test_admin.py covers that), which a slow host made happen.
     wedge(holder, primary)
     # Two seconds of lag at least, whatever the machine's speed.
     time.sleep(max(0.0, 2.0 - (time.monotonic() - paused_at)))

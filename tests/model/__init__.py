@@ -1,1 +1,2 @@
-"""The model test's reference model and database helpers (tests/test_state_model.py)."""
+"""The model test (tests/db/test_state_model.py): its rules, reference model and database
+helpers."""

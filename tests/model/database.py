@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import connection
 
-from tests import transition_guard
+from tests.support import transition_guard
 
 # Every table a step writes, children before parents.
 TABLES = (
@@ -55,7 +55,7 @@ def fetch(sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
 def clean() -> None:
     """Each example starts from empty tables (the test commits: transaction=True).
 
-    Set-up, not a transition: the state machine's guard (tests/transition_guard.py)
+    Set-up, not a transition: the state machine's guard (tests/support/transition_guard.py)
     does not record these deletes, and forgets what earlier examples recorded.
     """
     with transition_guard.arranging():

@@ -1,5 +1,5 @@
 """The model test's state machine: its set-up, the producers' rules and the check after
-every step (tests/test_state_model.py adds the workers', the sweep's and operators' rules).
+every step (tests/model/rules.py adds the workers', the sweep's and operators' rules).
 
 Each example starts from empty tables with three workers, two queues, two work
 types and one unique key name; a rule calls the app, then applies the same step to

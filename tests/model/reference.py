@@ -23,8 +23,8 @@ FORCE_RELEASE, FORCE_FAIL, RETRY, CANCEL = "force_release", "force_fail", "retry
 Key = tuple[str, str]  # (unique_key, unique_scope)
 
 
-# Which rule of the state machine (tests/test_state_model.py) drives each transition of
-# `leasing.transitions`: a transition added to the table fails tests/test_transitions.py
+# Which rule of the model test (tests/model/rules.py) drives each transition of
+# `leasing.transitions`: a transition added to the table fails tests/unit/test_transitions.py
 # until the model knows it.
 DRIVEN_BY = {
     "enqueue": "enqueue_batch",

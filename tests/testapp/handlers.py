@@ -212,7 +212,7 @@ def locked_once(ctx: WorkContext) -> Any:
     return {"interruptions_before": ctx.lease.interruptions}
 
 
-# --- the example of docs/how-to/testing.md (tests/test_example_user_handlers.py) ---------
+# --- the example of docs/how-to/testing.md (tests/db/test_example_user_handlers.py) ---------
 
 
 @handler("example.send_welcome", max_retries=2)

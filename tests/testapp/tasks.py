@@ -1,4 +1,4 @@
-"""Django Tasks used by tests/test_tasks.py (module level, as Django requires)."""
+"""Django Tasks used by tests/db/test_tasks.py (module level, as Django requires)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Every benchmark scenario at small sizes (`make test-bench-smoke`): it runs, never a speed."""

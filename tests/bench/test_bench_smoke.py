@@ -1,0 +1,273 @@
+"""Smoke tests of the benchmark suite.
+
+Speed is proven by `python -m bench.run` (`make bench`), which prints its
+figures; no test here asserts a speed. These tests only check that the quick
+version of every scenario runs against the PostgreSQL server of the test
+database (in its own database, named after the test database so that
+worktrees sharing a server never drop each other's) and reports sane
+numbers: every item drained, positive rates, latencies that are numbers, each
+target reported as met or missed. The peers' scenario has its own test: the
+first run builds the peers' virtualenv from PyPI (bench/requirements-peers.txt).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from bench.run import SCENARIOS
+from bench.scenarios.sweep import AS_MIGRATED, HISTORY, WHOLE_TABLE
+from tests.support.helpers import ROOT, database_url
+
+pytestmark = pytest.mark.postgres
+
+CORE = tuple(name for name in SCENARIOS if name != "peers")
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
+def _quick_bench(only: tuple[str, ...], timeout_s: float) -> dict[str, dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.run",
+            "--quick",
+            "--only",
+            ",".join(only),
+            "--database",
+            f"{urlsplit(database_url()).path.lstrip('/') or 'leasing'}_bench_smoke",
+            "--database-url",
+            database_url(),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    records = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            records[record["scenario"]] = record
+    assert set(records) == {"machine", *only}, sorted(records)
+    assert all("error" not in r for r in records.values())
+    # The table names every scenario's targets with a status.
+    assert "metric" in proc.stdout and ("met" in proc.stdout or "MISSED" in proc.stdout)
+    return records
+
+
+def _drained(run: dict[str, Any]) -> None:
+    assert run["completed"] == run["items"] > 0, run
+    assert run["claimed_more_than_once"] == 0, run
+    assert _positive(run["jobs_per_s"]) and _positive(run["wall_jobs_per_s"]), run
+
+
+def _costed(run: dict[str, Any]) -> None:
+    assert _positive(run["client_cpu_us_per_job"]) and _positive(run["xact_per_job"]), run
+
+
+def test_quick_bench_reports_every_scenario() -> None:
+    started = time.monotonic()
+    records = _quick_bench(CORE, timeout_s=900)
+    elapsed = time.monotonic() - started
+
+    machine = records["machine"]
+    assert machine["nproc"] >= 1
+    assert machine["postgresql"]
+    assert machine["pg_settings"]["synchronous_commit"]
+    assert _positive(machine["raw_loop_probe"]["jobs_per_s"])
+    commit = machine["commit_probe"]
+    assert commit["n"] == 1_000 and 0 < commit["p50"] <= commit["p99"] <= commit["max"], commit
+    wake = machine["wake_probe"]
+    for name in ("back_to_back", "after_5ms_idle"):
+        figures = wake[name]
+        assert figures["n"] == machine["sizes"]["wake_probes"], wake
+        assert 0 < figures["p50"] <= figures["p99"], wake
+
+    enqueue = records["enqueue"]
+    assert enqueue["items"] > 0 and _positive(enqueue["seconds"])
+
+    throughput = records["throughput"]
+    for run in throughput["runs"] + throughput["warning_runs"]:
+        _drained(run)
+        _costed(run)
+    assert throughput["warning_runs"] and set(throughput["logging_cost"])
+    assert isinstance(throughput["logging_cost_met"], bool)
+    # At the target's process count the two levels alternate; the cost is of their medians.
+    drains = throughput["logging_drains"]
+    assert drains["workers"] == throughput["logging_cost_at"]
+    assert len(drains["default"]) == len(drains["warning"]) == 2
+    at = drains["workers"]
+    expected = 1 - statistics.median(drains["default"]) / statistics.median(drains["warning"])
+    assert throughput["logging_cost"][str(at)] == round(expected, 3)  # JSON keys are text
+
+    ceiling = records["ceiling"]
+    assert {r["batch"] for r in ceiling["runs"]} == {1, 10, 100}
+    # The loops are a fair bar only while they walk one of the engine's claim
+    # indexes (the loop's claim names one work type, so the type-led one fits too).
+    claim_indexes = {"work_items_claim_idx", "work_items_claim_type_idx"}
+    assert claim_indexes & set(ceiling["claim_plan_indexes"]), ceiling["claim_plan_indexes"]
+    for run in ceiling["runs"]:
+        _drained(run)
+        _costed(run)
+        assert _positive(run["ratio_runworker_to_ceiling"]), run
+    # Each claim statement takes up to K rows and commits once, so the batched
+    # loop commits far less than once a job.
+    k100 = [r for r in ceiling["runs"] if r["batch"] == 100]
+    assert all(r["xact_per_job"] < 0.5 for r in k100), k100
+    # Where runworker's drains alternate, the batched loop drains as often and
+    # the ratio is of the two medians.
+    [repeated] = [r for r in k100 if r["workers"] == at]
+    assert repeated["runworker_jobs_per_s_runs"] == drains["default"]
+    assert len(repeated["loop_jobs_per_s_runs"]) == 2
+    assert repeated["loop_jobs_per_s_runs"][0] == repeated["jobs_per_s"]
+    expected = statistics.median(drains["default"]) / statistics.median(
+        repeated["loop_jobs_per_s_runs"]
+    )
+    assert repeated["ratio_runworker_to_ceiling"] == round(expected, 3)
+
+    for run in records["options"]["runs"]:
+        _drained(run)
+
+    signals = records["signals"]
+    for run in signals["without_receivers"] + signals["with_receivers"]:
+        _drained(run)
+    listened = signals["items"] * signals["repeats"]
+    # The receivers really listened: every item was acquired and released once.
+    assert signals["signals_received"].get("lease_acquired") == listened, signals
+    assert signals["signals_received"].get("lease_released") == listened, signals
+    assert isinstance(signals["receiver_cost"], float)
+
+    burst = records["burst"]
+    # Quick sizes: 2 pairs, alternated, each right after its enqueue first.
+    assert [r["vacuumed"] for r in burst["runs"]] == [False, True, False, True]
+    for run in burst["runs"]:
+        _drained(run)
+    cold = [r["jobs_per_s"] for r in burst["runs"] if not r["vacuumed"]]
+    warm = [r["jobs_per_s"] for r in burst["runs"] if r["vacuumed"]]
+    assert burst["unvacuumed_jobs_per_s_runs"] == cold
+    assert burst["vacuumed_jobs_per_s_runs"] == warm
+    # The ratio is of the two medians, not of one pair.
+    expected = statistics.median(cold) / statistics.median(warm)
+    assert burst["ratio_unvacuumed_to_vacuumed"] == round(expected, 3)
+
+    fair = records["fairstart"]
+    assert len(fair["processes"]) == fair["workers"]
+    assert sum(p["completed"] for p in fair["processes"]) == fair["items"]
+    assert all(_positive(p["spawn_to_registered_s"]) for p in fair["processes"])
+    assert isinstance(fair["met"], bool)
+
+    longrun = records["longrun"]
+    assert longrun["claimed_more_than_once"] == 0
+    assert longrun["wall_s"] >= longrun["ideal_s"], longrun
+    assert all(c >= 1 for c in longrun["connections"]), longrun
+    assert all(_positive(x) for x in longrun["rss_mib"]), longrun
+    # One-second heartbeats over two-second items: renewals happen.
+    assert longrun["renewals"] > 0 and longrun["renewal_hot_share"] is not None, longrun
+
+    steady = records["steady"]
+    assert _positive(steady["capacity_jobs_per_s"])
+    assert _positive(steady["drain_capacity_jobs_per_s"])
+    for run in steady["runs"]:
+        calls = run["producer"]["enqueue_ms"]
+        assert calls["n"] > 0 and 0 < calls["p50"] <= calls["p99"] <= calls["max"], run
+        # The server here runs without autovacuum: the bench vacuums while it produces.
+        assert run["vacuums"]["by"] in ("bench", "autovacuum"), run
+        assert run["completed"] == run["producer"]["enqueued"] > 0, run
+        assert _positive(run["enqueue_to_start_ms"]["p99"]), run
+        assert run["enqueue_to_completion_ms"]["p50"] >= run["enqueue_to_start_ms"]["p50"], run
+        assert run["backlog"]["per_second"], run
+        # Every item falls in one window of enqueue time, the first from 0 s.
+        windows = run["enqueue_to_start_ms_by_window"]
+        assert windows and windows[0]["from_s"] == 0, run
+        assert all(_positive(w["p99"]) and w["p99"] >= w["p50"] for w in windows), run
+
+    longtx = records["longtx"]
+    assert [r["long_transaction"] for r in longtx["runs"]] == [False, True]
+    assert all(_positive(r["claim_ms"]["p99"]) for r in longtx["runs"])
+    assert _positive(longtx["throughput_ratio"])
+
+    # One and four claimers, each flat out and paced by a 5 ms "handler".
+    shapes = {(r["claimers"], r["think_ms"] > 0) for r in records["claim"]["runs"]}
+    assert {(1, False), (1, True), (4, False), (4, True)} <= shapes, shapes
+    for run in records["claim"]["runs"]:
+        assert run["claim_ms"]["n"] > 0 and _positive(run["claim_ms"]["p99"]), run
+        assert _positive(run["server_explain_ms_fresh_backlog"]["execution_ms"]), run
+    # The pause check's cost: both variants measured, claim by claim and by drains.
+    check = records["claim"]["pause_check"]
+    for variant in ("shipped", "without"):
+        assert check["claim_ms"][variant]["n"] > 0, check
+        assert all(_positive(rate) for rate in check["runworker_jobs_per_s"][variant]), check
+        assert _positive(check["server_median_ms"][variant]["planning_ms"]), check
+
+    for run in records["pickup"]["runs"]:
+        assert run["items"] > 0 and _positive(run["pickup_ms"]["p50"]), run
+
+    recovery = records["recovery"]
+    assert recovery["kill_to_reclaim_s"]["n"] == recovery["items"] * recovery["rounds"]
+    assert _positive(recovery["kill_to_reclaim_s"]["min"])
+
+    # Two passes over a table that already holds checkpoints, beside the others:
+    # the cleanup from the earlier passes' mark, then with no mark (every task).
+    variants = [run["variant"] for run in records["sweep"]["runs"]]
+    assert variants[-2:] == [HISTORY, WHOLE_TABLE] and variants.count(HISTORY) == 1
+    for run in records["sweep"]["runs"]:
+        assert "timed_out_after_s" not in run, run
+        assert run["expired"] > 0 and _positive(run["wall_ms"]), run
+        with_checkpoints = run["variant"] in (AS_MIGRATED, HISTORY, WHOLE_TABLE)
+        assert run["checkpoints_created"] == (run["expired"] if with_checkpoints else 0), run
+        if run["variant"] in (HISTORY, WHOLE_TABLE):  # one pass: each loads the checkpoints
+            assert run["whole_table_cleanup"] is (run["variant"] == WHOLE_TABLE), run
+            assert "wall_ms_runs" not in run and _positive(run["next_pass_nothing_expired_ms"])
+        elif run["expired"] <= 1_000:  # several fresh-process passes; their median is reported
+            passes = run["wall_ms_runs"]
+            assert len(passes) == 2 and run["wall_ms"] == sorted(passes)[1], run
+        else:
+            assert "wall_ms_runs" not in run, run
+
+    for variant in ("as_migrated", "worker_renewer"):
+        heartbeat = records["heartbeat"][variant]
+        assert heartbeat["lost"] == 0 and _positive(heartbeat["renewals_per_s"]), heartbeat
+        assert heartbeat["hot_share"] is not None
+    # The worker's renewer keeps the indexed expiry while half the lease is
+    # left, so PostgreSQL can apply most of its renewals as HOT updates.
+    assert records["heartbeat"]["worker_renewer"]["hot_share"] > 0.5
+
+    history = records["history"]
+    small, large = history["runs"]
+    assert large["rows"] > small["rows"] > 0
+    assert large["table_mib"] > small["table_mib"]
+    for run in history["runs"]:
+        assert _positive(run["claim_ms"]["p99"]) and _positive(run["sweep_ms"]), run
+        assert run["sweep_ms"] == sorted(run["sweep_ms_runs"])[1], run
+
+    # A guard against a runaway smoke run, not a speed figure: on a busy shared
+    # host the quick run of every scenario took 6-8 minutes.
+    assert elapsed < 720, f"the quick benchmark took {elapsed:.0f}s"
+
+
+def test_quick_peers_drain_beside_runworker() -> None:
+    records = _quick_bench(("peers",), timeout_s=1200)
+    peers = records["peers"]
+    assert set(peers["peers"]) == {"procrastinate", "django-tasks-db", "django-q2"}
+    for run in peers["runworker"]:
+        assert run["finished"] > 0 and _positive(run["jobs_per_s"]), run
+    for name, runs in peers["peers"].items():
+        for run in runs:
+            assert run["waiting_at_start"] >= peers["items"], (name, run)
+            assert run["finished"] > 0 and _positive(run["jobs_per_s"]), (name, run)
+            assert _positive(run["ratio_ours_to_peer"]), (name, run)

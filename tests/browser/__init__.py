@@ -1,0 +1,1 @@
+"""The console in Debian's Chromium driven by Playwright (`make test-browser`)."""

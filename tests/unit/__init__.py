@@ -1,0 +1,2 @@
+"""Fast tests that need no database server: pure Python, or SQLite in memory
+(`make test-unit`)."""
