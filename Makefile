@@ -148,7 +148,8 @@ DJANGO60_URL := sqlite:///$(CURDIR)/.test-django60.sqlite3
 ci-django60: venv-django60
 	DATABASE_URL=$(DJANGO60_URL) $(PY60) -m pytest tests/unit tests/db $(PYTEST_ARGS)
 
-ci: test docs test-bench-smoke ci-django60 test-ha test-faults-short
+ci:
+	./.ci/run
 
 # Failover, a transaction pooler, network partitions, a read replica and
 # autovacuum with the shipped per-table settings, on
