@@ -81,7 +81,9 @@ def beat(
     row = run_one(using, statement)
     if row is None:
         return None
-    return Beat(requested=row["requested_action"])
+    return Beat(
+        requested=row["requested_action"], by=row["requested_by"], reason=row["request_reason"]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,8 @@ class Beat:
     """What a worker's beat reads back from its row."""
 
     requested: str | None  # WorkerRequest: quiet or stop, None: carry on
+    by: str | None = None
+    reason: str | None = None
 
 
 def request(worker_id: Any, action: Any, *, by: Any, reason: Any, using: str = "default") -> bool:

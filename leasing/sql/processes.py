@@ -109,7 +109,7 @@ def beat(d: Storage, worker_id: str, completed: int, failed: int, runs: RunRepor
             quiet_since = CASE WHEN %s THEN COALESCE(quiet_since, {d.now}) ELSE NULL END,
             status = CASE WHEN status = {LOST} THEN {RUNNING} ELSE status END
         WHERE worker_id = %s AND status IN ({RUNNING}, {STOPPING}, {LOST})
-        RETURNING worker_id, requested_action
+        RETURNING worker_id, requested_action, requested_by, request_reason
     """
     params = [
         completed,

@@ -38,7 +38,7 @@ from ..services.backlog import due_within
 from ..services.leases import LeaseManager
 from ..sql.processes import RunReport
 from ..sql.runner import close_connection, is_lock_conflict
-from ..states import WorkerRole, WorkerStatus
+from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from ..storage import storage_for
 from .dispatcher import Dispatcher
 from .executors import ExecutorPool
@@ -80,6 +80,7 @@ class WorkerRuntime:
         self._stop = threading.Event()
         self._exiting = False
         self._over_bound_logged = False
+        self._quiet = False  # an operator asked it to claim nothing more
         self._abandoned_reported = 0  # of `abandoned.total`, added to the workers row
         self._started_at = time.monotonic()
         self.recorder = Recorder(self.manager, self.counters, exiting=lambda: self._exiting)
@@ -161,13 +162,15 @@ class WorkerRuntime:
         self._with_reconnect(self._register, what="registering the worker")
         c = self.config
         logger.info(
-            "worker %s started: concurrency %d, work types %s, queues %s, lease %gs, heartbeat %gs",
+            "worker %s started: concurrency %d, queues %s, work types %s",
             self.worker_id,
             c.concurrency,
-            ", ".join(c.specs),
             ", ".join(c.filters.queues or ()) or "all",
-            c.terms.duration,
-            c.renew_interval,
+            ", ".join(
+                f"{work_type} (lease {c.terms.duration_for(work_type):g}s, heartbeat "
+                f"{c.heartbeat_intervals.get(work_type, c.renew_interval):g}s)"
+                for work_type in c.specs
+            ),
         )
         self.pool.start()
         self.renewer.start()
@@ -217,12 +220,12 @@ class WorkerRuntime:
         outages = 0
         while not self._stop.is_set():
             self.watch.supervise()
-            claiming = not self._too_many_abandoned()
+            claiming = not self._quiet and not self._too_many_abandoned()
             try:
                 claimed = self.dispatcher.cycle(claiming=claiming)
                 if self.leadership is not None:
                     self.leadership.claimed(self.dispatcher.last_asked, claimed)
-                ended = None if claimed or len(self.slots) else self._idle_ending(claiming)
+                ended = None if claimed or len(self.slots) else self._idle_ending()
             except DatabaseUnavailable as exc:
                 outages += 1
                 delay = min(0.2 * 2 ** min(outages - 1, 5), 5.0)
@@ -257,9 +260,9 @@ class WorkerRuntime:
             self._wait_for_work(poll * random.uniform(0.8, 1.2))
         return "signal" if self.signals.received else "stopped"
 
-    def _idle_ending(self, claiming: bool) -> str | None:
+    def _idle_ending(self) -> str | None:
         """Nothing in flight and nothing claimed: is the worker done?"""
-        if not claiming and self._too_many_abandoned():
+        if self._too_many_abandoned():
             logger.error(
                 "worker %s exits with status %d: %d abandoned run(s), more than "
                 "LEASING['MAX_ABANDONED_RUNS'] (%d); a fresh process frees their threads",
@@ -269,6 +272,8 @@ class WorkerRuntime:
                 self.max_abandoned_runs,
             )
             return TOO_MANY_ABANDONED
+        if self._quiet:
+            return None  # it waits, beating, until it is stopped
         if self.dispatcher.max_items_reached():
             return "max-items"
         if self.config.burst and not due_within(
@@ -313,6 +318,7 @@ class WorkerRuntime:
         """Whether this worker would claim now (a stopping worker claims nothing)."""
         return (
             not self._stop.is_set()
+            and not self._quiet
             and not self._too_many_abandoned()
             and self.dispatcher.has_room()
         )
@@ -381,7 +387,7 @@ class WorkerRuntime:
             c.unreported_completed = c.unreported_failed = 0
         runs = self._run_report()
         try:
-            processes.beat(
+            answer = processes.beat(
                 self.worker_id,
                 completed=completed,
                 failed=failed,
@@ -394,6 +400,31 @@ class WorkerRuntime:
                 c.unreported_failed += failed
             raise
         self._abandoned_reported += runs.newly_abandoned
+        if answer is not None and answer.requested is not None and self._honour(answer):
+            # The row says so now, not a beat later.
+            processes.beat(self.worker_id, runs=self._run_report(), using=self.config.using)
+
+    def _honour(self, request: processes.Beat) -> bool:
+        """An operator's quiet or stop (read by this beat): acted on once; True if it was now."""
+        if request.requested == WorkerRequest.STOP and not self._stop.is_set():
+            logger.warning(
+                "stop requested by %s (%s): no new claims; finishing running items (up to %gs)",
+                request.by,
+                request.reason,
+                self.config.shutdown_timeout,
+            )
+            self.stop()
+            return True
+        if request.requested == WorkerRequest.QUIET and not self._quiet:
+            logger.warning(
+                "quiet requested by %s (%s): no new claims; running items finish",
+                request.by,
+                request.reason,
+            )
+            self._quiet = True
+            self._wake.set()
+            return True
+        return False
 
     def _run_report(self) -> RunReport:
         """The runs as the `workers` row shows them after this beat."""
@@ -403,7 +434,7 @@ class WorkerRuntime:
             busy=busy,
             abandoned=abandoned,
             newly_abandoned=self.abandoned.total - self._abandoned_reported,
-            quiet=self._stop.is_set() or abandoned > self.max_abandoned_runs,
+            quiet=self._stop.is_set() or self._quiet or abandoned > self.max_abandoned_runs,
         )
 
     def _log_summary(self) -> None:
