@@ -29,7 +29,7 @@ import random
 import threading
 import time
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from ..conf import get_settings
 from ..exceptions import DatabaseUnavailable, LeaseConflictError
@@ -37,7 +37,7 @@ from ..services import processes
 from ..services.backlog import due_within
 from ..services.leases import LeaseManager
 from ..sql.processes import RunReport
-from ..sql.runner import close_connection, is_lock_conflict
+from ..sql.runner import close_connection, is_lock_conflict, run
 from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from ..storage import storage_for
 from .dispatcher import Dispatcher
@@ -48,7 +48,7 @@ from .options import WorkerConfig, WorkerOptions, resolve
 from .outcomes import Counters, Recorder, WorkerSummary, one_line
 from .renewer import LeaseRenewer
 from .slots import AbandonedRuns, Slot, SlotState, SlotTable
-from .stopping import ShutdownSignals
+from .stopping import FORCED_STATEMENT_TIMEOUT, ShutdownSignals
 from .watch import Watch
 
 logger = logging.getLogger("leasing.worker")
@@ -140,12 +140,21 @@ class WorkerRuntime:
         self.stop()
 
     def _hand_back_all(self) -> int:
-        """A forced stop: give every run in flight back at once (one statement)."""
+        """A forced stop: give every run in flight back at once (one statement).
+
+        On PostgreSQL the statement is bounded by a `statement_timeout` of
+        `FORCED_STATEMENT_TIMEOUT`, so a row lock held elsewhere cancels it on
+        the server rather than leave it waiting after the process is gone.
+        """
         self._stop.set()
+        using = self.config.using
         try:
+            if connections[using].vendor == "postgresql":
+                timeout = f"{round(FORCED_STATEMENT_TIMEOUT * 1000)}ms"
+                run(using, ("SELECT set_config('statement_timeout', %s, false)", [timeout]))
             return self.manager.requeue_all([slot.key for slot in self.slots])
         finally:
-            close_connection(self.config.using)  # this thread's own
+            close_connection(using)  # this thread's own
 
     def stop(self) -> None:
         """Stop claiming and shut down gracefully."""
