@@ -26,9 +26,9 @@ class Watch:
         recorder: Recorder,
         counters: Counters,
         on_done: Callable[[Slot], None],
-        abandoned: AbandonedRuns,
+        abandoned: AbandonedRuns | None = None,
     ) -> None:
-        self.abandoned = abandoned
+        self.abandoned = abandoned if abandoned is not None else AbandonedRuns()
         self.slots = slots
         self.pool = pool
         self.recorder = recorder
