@@ -137,3 +137,18 @@ def test_the_start_up_line_gives_each_work_types_own_lease_and_heartbeat(caplog)
     [line] = [r.getMessage() for r in caplog.records if " started: " in r.getMessage()]
     assert "quick (lease 45s, heartbeat 5s)" in line, line
     assert "default (lease 300s, heartbeat 30s)" in line, line
+
+
+def test_the_dashboard_worker_rows_show_runs_and_requests(operator_client):
+    from leasing.sql.processes import RunReport
+    from tests.support.admin import dashboard_url
+
+    _worker()
+    processes.beat("w-1", runs=RunReport(busy=1, abandoned=1, newly_abandoned=1, quiet=True))
+    processes.request("w-1", "stop", by="ops", reason="maintenance")
+    page = operator_client.get(dashboard_url()).content.decode()
+    row = page[page.index('data-worker="w-1"') :]
+    row = row[: row.index("</tr>")]
+    assert "1 busy, 3 idle" in row
+    assert "1 abandoned" in row
+    assert "stop requested" in row and "maintenance" in row
