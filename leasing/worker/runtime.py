@@ -467,6 +467,13 @@ class WorkerRuntime:
     def _shutdown(self) -> None:
         self._stop.set()
         deadline = time.monotonic() + self.config.shutdown_timeout
+        if len(self.slots):  # the console says so while the running items finish
+            try:
+                processes.set_status(self.worker_id, WorkerStatus.STOPPING, using=self.config.using)
+            except (DatabaseUnavailable, DatabaseError) as exc:
+                logger.warning(
+                    "could not mark worker %s stopping: %s", self.worker_id, one_line(exc)
+                )
         while len(self.slots) and time.monotonic() < deadline:
             self.dispatcher.flush()
             self.watch.supervise()
