@@ -36,6 +36,7 @@ from ..services import processes
 from . import display
 from .base import ReadOnlyAdmin
 from .forms import reason_field
+from .guards import refusal_message, unstorable_ids
 
 CONFIRM_FIELD = "_leasing_confirm"
 REQUEST_TEXT = {
@@ -229,6 +230,9 @@ class WorkerAdmin(ReadOnlyAdmin):
     ) -> HttpResponse | None:
         """Confirmation page with a reason, then one `processes.request` per worker."""
         selected = list(dict.fromkeys(request.POST.getlist(ACTION_CHECKBOX_NAME)))[:200]
+        if unstorable_ids(selected):
+            self.message_user(request, refusal_message("a selected id"), messages.ERROR)
+            return None
         workers = list(
             Worker.objects.using(WRITE_DATABASE).filter(pk__in=selected).order_by("worker_id")
         )

@@ -152,3 +152,14 @@ def test_the_dashboard_worker_rows_show_runs_and_requests(operator_client):
     assert "1 busy, 3 idle" in row
     assert "1 abandoned" in row
     assert "stop requested" in row and "maintenance" in row
+
+
+def test_bad_input_to_the_actions_gets_a_message_not_a_server_error(operator_client):
+    _worker()
+    page = _start(operator_client, "quiet_selected", "w\x00-1")
+    assert page.status_code == 302
+    assert Worker.objects.get().requested_action is None
+    page = _start(operator_client, "quiet_selected", "w-1")
+    done = _confirm(operator_client, page, reason="bad \x00 byte")
+    assert done.status_code == 200
+    assert Worker.objects.get().requested_action is None
