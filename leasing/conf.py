@@ -89,6 +89,10 @@ class LeasingSettings:
     #: Seconds running items get to finish after SIGTERM before they are handed back; below the
     #: service manager's stop timeout (systemd's `TimeoutStopSec`).
     shutdown_timeout: float = 30.0
+    #: Abandoned runs (fenced out while their handler thread still runs) a thread-mode worker
+    #: tolerates; past it the worker stops claiming, finishes its running items and exits with
+    #: status 75 so the service manager starts a fresh process. 0: exit at the first.
+    max_abandoned_runs: int = 4
 
     # Schedules and concurrency limits
     #: Periodic work by name: one item per cron or interval tick (each entry checked: E006).
@@ -176,6 +180,7 @@ def _integer_range(name: str) -> tuple[int, int] | None:
         "checkpoint_retention": (1, validation.MAX_BIGINT),
         "max_payload_bytes": (1, validation.MAX_BIGINT),
         "max_retries": (0, validation.PG_INT_MAX),  # each item's max_retries column
+        "max_abandoned_runs": (0, validation.PG_INT_MAX),  # the workers row's count
     }.get(name)
 
 

@@ -156,12 +156,13 @@ class WorkContext:
         ttl: timedelta | None = None,
         atomic: bool = False,
     ) -> Any:
-        """Run a side effect unless a call with this key completed, under this lease's fence.
+        """Run `fn()` at least once per `key` and never again once its response is recorded:
+        an effect that happened just before a crash (or a lost lease) runs
+        again, except `fn`'s writes to this database with `atomic=True`, which
+        commit in the record's own transaction and so happen at most once.
 
-        A crash after the effect but before its response is recorded runs it
-        again; `atomic=True` runs `fn` in the transaction that records its
-        response, so its writes to this database happen exactly once (both
-        commit, or neither). See `leasing.run_once`.
+        Claiming the key is fenced by this lease: a run whose lease moved on
+        never starts `fn`. See `leasing.run_once`.
         """
         self._ensure_held()
         try:

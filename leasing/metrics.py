@@ -31,6 +31,11 @@ Metrics (all prefixed `leasing_`):
 `sweep_scans_total`                    counter  SUM(workers.scans) of sweepers
 `sweep_last_scan_timestamp_seconds`    gauge    when any sweep last scanned (absent: never)
 `processes{role,status}`               gauge    rows of the workers table
+`worker_runs{state}`                   gauge    runs of running and stopping workers as of
+                                                their last beat: busy (a handler runs) and
+                                                abandoned (fenced out, its thread still runs)
+`abandoned_runs_total`                 counter  SUM(workers.runs_abandoned_total): runs workers
+                                                abandoned since their rows were created
 `processes_silent{role}`               gauge    running processes not seen for three of their
                                                 own beat intervals
 `queue_pending{queue,work_type}`       gauge    pending items per queue and work type
@@ -168,6 +173,9 @@ class LeasingCollector:
         for role in WorkerRole.values:
             for status in WorkerStatus.values:
                 families["processes"].add_metric([role, status], processes.get((role, status), 0))
+        families["worker_runs"].add_metric(["busy"], sum(w.runs_busy for w in workers))
+        families["worker_runs"].add_metric(["abandoned"], sum(w.runs_abandoned for w in workers))
+        families["abandoned_runs"].add_metric([], counters.runs_abandoned)
         silent = Counter(p.role for p in (*workers, *sweep.sweepers) if p.liveness.silent)
         for role in WorkerRole.values:
             families["processes_silent"].add_metric([role], silent[role])
@@ -230,6 +238,17 @@ class LeasingCollector:
             ),
             "recoveries": counter("recoveries", "Expired leases re-queued by the recovery sweep."),
             "sweep_scans": counter("sweep_scans", "Passes of the recovery sweep."),
+            "worker_runs": gauge(
+                "worker_runs",
+                "Runs of live workers as of their last beat: busy (handler running) and "
+                "abandoned (fenced out, handler thread still running).",
+                ["state"],
+            ),
+            "abandoned_runs": counter(
+                "abandoned_runs",
+                "Runs workers abandoned: fenced out (timed out, lease lost) while their handler "
+                "thread still ran.",
+            ),
             "sweep_last_scan_timestamp_seconds": gauge(
                 "sweep_last_scan_timestamp_seconds",
                 "Unix time of the newest recovery sweep pass (absent when none ever ran).",

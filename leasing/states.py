@@ -88,6 +88,13 @@ class WorkerStatus(models.TextChoices):
     LOST = "lost", "Lost"
 
 
+class WorkerRequest(models.TextChoices):
+    """What an operator asked a worker process to do (`leasing.services.processes.request`)."""
+
+    QUIET = "quiet", "Quiet"  # stop claiming, finish the running items, keep running
+    STOP = "stop", "Stop"  # quiet, then exit as on SIGTERM
+
+
 class PauseKind(models.TextChoices):
     """What a pause stops claims of (see `leasing.pause()`)."""
 

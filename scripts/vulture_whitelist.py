@@ -67,6 +67,7 @@ _.show_facets
 _.Media
 _.has_add_permission
 _.has_change_permission
+_.has_control_permission  # admin.action(permissions=["control"]) calls it
 _.get_changelist
 _.get_fieldsets
 _.list_display
@@ -182,6 +183,8 @@ _.LISTENING  # sql/wakes.py: matches listener sessions in pg_stat_activity (moni
 _.oldest_created_at  # console/backlog.py
 _.rolled_through  # console/finished.py
 _.threshold_seconds  # console/processes.py
+_.runs_idle  # console/processes.py: the dashboard's worker rows (a template reads it)
+_.runs_abandoned_total  # models/processes.py: a column the beat adds to, /metrics sums
 _.payload_included  # console/timeline.py
 _.WAIT  # leasing.states: values users pass (on_dependency_failure, checkpoint types)
 _.ITERATION_START

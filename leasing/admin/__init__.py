@@ -6,6 +6,7 @@
 * `filters`, `changelist`, `paginator`: list filters, exact search, a cheap
   date hierarchy and estimated counts for tables of millions of rows;
 * `views`: the dashboard and the per-task checkpoint timeline;
+* `workers`: the workers table, with the quiet and stop actions;
 * `schedules`: periodic work, editable (settings schedules: only enabled);
 * `forms`, `display`, `guards`: the pages' forms, how values are shown, and the
   refusal of input the database cannot store.
@@ -15,8 +16,9 @@ ModelAdmins: the link to the dashboard on the admin index is opt-in (see the
 README: the `admin/leasing/site_index.html` template).
 """
 
-from .options import CheckpointAdmin, IdempotencyKeyAdmin, WorkerAdmin, WorkItemAdmin
+from .options import CheckpointAdmin, IdempotencyKeyAdmin, WorkItemAdmin
 from .schedules import ScheduleAdmin
+from .workers import WorkerAdmin
 
 __all__ = [
     "CheckpointAdmin",

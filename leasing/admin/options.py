@@ -25,17 +25,14 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html, format_html_join
-from django.utils.http import urlencode
+from django.urls import URLPattern, path
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
 from ..conf import read_alias
-from ..console.durations import EMPTY, humanize_seconds
 from ..console.failures import item_failures
-from ..console.liveness import Liveness, liveness
-from ..models import Checkpoint, IdempotencyKey, Worker, WorkerStatus, WorkItem, WorkItemStatus
+from ..models import Checkpoint, IdempotencyKey, WorkItem, WorkItemStatus
 from . import actions, display, views
 from .base import ReadOnlyAdmin, WorkItemLinkColumn
 from .filters import LeaseHealthFilter, QueueFilter, StatusFilter, WorkTypeFilter
@@ -297,90 +294,3 @@ class IdempotencyKeyAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
         return super().get_queryset(request).defer("response_data")
 
     response_payload = display.payload_column("response_data", "response data")
-
-
-@admin.register(Worker)
-class WorkerAdmin(ReadOnlyAdmin):
-    list_display = (
-        "worker_id",
-        "role",
-        "status_badge",
-        "hostname",
-        "pid",
-        "last_seen",
-        "started_at",
-        "concurrency",
-        "items_completed",
-        "items_failed",
-        "scans",
-        "items_recovered",
-        "last_scan_at",
-    )
-    list_filter = ("role", "status")
-    search_fields = ("=worker_id", "=hostname")
-    ordering = ("-last_seen_at", "worker_id")
-    detail_fields = (
-        "worker_id",
-        "role",
-        "status_badge",
-        "last_seen",
-        "hostname",
-        "pid",
-        "started_at",
-        "stopped_at",
-        "concurrency",
-        "work_types",
-        "queues",
-        "held_items",
-        "items_completed",
-        "items_failed",
-        "scans",
-        "items_recovered",
-        "last_scan_at",
-        "last_scan_stats",
-    )
-    HELD_ITEMS_SHOWN = 50
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[display.ClockedWorker]:
-        workers: QuerySet[Worker] = super().get_queryset(request)
-        return workers.annotate(db_now=Now())
-
-    def _liveness(self, obj: display.ClockedWorker) -> Liveness:
-        return liveness(obj, (obj.db_now - obj.last_seen_at).total_seconds())
-
-    @admin.display(description="status")
-    def status_badge(self, obj: display.ClockedWorker) -> SafeString:
-        if self._liveness(obj).silent:
-            return display.badge("worker", WorkerStatus.LOST, "Silent")
-        return display.badge("worker", obj.status, obj.get_status_display())
-
-    @admin.display(description="last seen", ordering="last_seen_at")
-    def last_seen(self, obj: display.ClockedWorker) -> SafeString:
-        alive = self._liveness(obj)
-        css = "leasing-bad-text" if alive.silent else ""
-        return format_html(
-            '<span class="{}" title="beats every {}; silent after {}">{}</span>',
-            css,
-            humanize_seconds(alive.interval_seconds),
-            humanize_seconds(alive.limit_seconds),
-            alive.text,
-        )
-
-    @admin.display(description="leases held")
-    def held_items(self, obj: Worker) -> SafeString | str:
-        held = (
-            WorkItem.objects.using(read_alias()).held_by(obj.worker_id).order_by("lease_expires_at")
-        )
-        ids = list(held.values_list("pk", flat=True)[: self.HELD_ITEMS_SHOWN + 1])
-        if not ids:
-            return EMPTY
-        links = [display.work_item_link(self.admin_site.name, pk) for pk in ids]
-        more = ""
-        if len(ids) > self.HELD_ITEMS_SHOWN:
-            url = reverse(f"{self.admin_site.name}:leasing_workitem_changelist")
-            more = format_html(' <a href="{}?{}">all…</a>', url, urlencode({"q": obj.worker_id}))
-        return format_html(
-            '<span class="leasing-lease-ids">{}</span>{}',
-            format_html_join("", "{}", ((link,) for link in links[: self.HELD_ITEMS_SHOWN])),
-            more,
-        )

@@ -40,9 +40,21 @@ class ProcessInfo:
     last_scan_at: datetime | None
     seconds_since_scan: float | None
     last_scan_stats: dict[str, Any] | None
+    # Workers, as of their last beat (leasing.worker.runtime).
+    runs_busy: int = 0
+    runs_abandoned: int = 0
+    quiet_since: datetime | None = None
+    requested_action: str | None = None  # WorkerRequest
+    requested_by: str | None = None
+    request_reason: str | None = None
     lease_count: int = 0
     expired_lease_count: int = 0
     lease_ids: tuple[str, ...] = ()
+
+    @property
+    def runs_idle(self) -> int:
+        """Handler threads free for work as of the last beat (a quiet worker takes none)."""
+        return max(self.concurrency - self.runs_busy, 0)
 
 
 def _strings(listed: Any) -> tuple[str, ...]:
@@ -71,6 +83,12 @@ def _process(row: Worker, now: datetime, **extra: Any) -> ProcessInfo:
         last_scan_at=row.last_scan_at,
         seconds_since_scan=age(now, row.last_scan_at),
         last_scan_stats=row.last_scan_stats if isinstance(row.last_scan_stats, dict) else None,
+        runs_busy=row.runs_busy,
+        runs_abandoned=row.runs_abandoned,
+        quiet_since=row.quiet_since,
+        requested_action=row.requested_action,
+        requested_by=row.requested_by,
+        request_reason=row.request_reason,
         **extra,
     )
 
@@ -238,6 +256,7 @@ class ProcessCounters:
     items_failed: int
     items_recovered: int
     scans: int
+    runs_abandoned: int = 0  # every run a worker abandoned (fenced out, thread still running)
 
 
 def process_counters(*, using: str = "default") -> ProcessCounters:
@@ -246,12 +265,14 @@ def process_counters(*, using: str = "default") -> ProcessCounters:
         failed=Sum("items_failed"),
         recovered=Sum("items_recovered", filter=Q(role=WorkerRole.SWEEPER)),
         scans=Sum("scans", filter=Q(role=WorkerRole.SWEEPER)),
+        abandoned=Sum("runs_abandoned_total"),
     )
     return ProcessCounters(
         items_completed=int(row["completed"] or 0),
         items_failed=int(row["failed"] or 0),
         items_recovered=int(row["recovered"] or 0),
         scans=int(row["scans"] or 0),
+        runs_abandoned=int(row["abandoned"] or 0),
     )
 
 

@@ -14,6 +14,7 @@ from ..states import (
     CheckpointType,
     IdempotencyStatus,
     LeaseHealth,
+    WorkerRequest,
     WorkerRole,
     WorkerStatus,
     WorkItemStatus,
@@ -47,6 +48,7 @@ __all__ = [
     "WorkItemStatus",
     "Worker",
     "WorkerQuerySet",
+    "WorkerRequest",
     "WorkerRole",
     "WorkerStatus",
 ]

@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from ..states import WorkerRole, WorkerStatus
+from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from .work_items import at_most_key_length
 
 
@@ -52,6 +52,18 @@ class Worker(models.Model):
     items_recovered = models.BigIntegerField(default=0, db_default=0)
     last_scan_at = models.DateTimeField(null=True, blank=True)
     last_scan_stats = models.JSONField(null=True, blank=True)
+    # Workers only, as of their last beat: runs whose handler is running, and
+    # runs fenced out (lease lost, timed out) whose handler thread still runs.
+    runs_busy = models.IntegerField(default=0, db_default=0)
+    runs_abandoned = models.IntegerField(default=0, db_default=0)
+    runs_abandoned_total = models.BigIntegerField(default=0, db_default=0)
+    # Since when the worker claims nothing (quiet, stopping, or past its abandoned-run bound).
+    quiet_since = models.DateTimeField(null=True, blank=True)
+    # An operator's request to the process (read by its next beat), and who asked and why.
+    requested_action = models.TextField(choices=WorkerRequest.choices, null=True, blank=True)
+    requested_by = models.TextField(null=True, blank=True)
+    request_reason = models.TextField(null=True, blank=True)
+    requested_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkerQuerySet.as_manager()
 
@@ -64,6 +76,11 @@ class Worker(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(status__in=WorkerStatus.values), name="workers_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(requested_action__isnull=True)
+                | Q(requested_action__in=WorkerRequest.values),
+                name="workers_requested_action_valid",
             ),
             at_most_key_length("worker_id", "workers"),
         ]

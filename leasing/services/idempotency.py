@@ -140,16 +140,16 @@ def run_once(
     atomic: bool = False,
     using: str = "default",
 ) -> Any:
-    """Run `fn()` unless a call with this `key` already completed, and return its response.
+    """Run `fn()` at least once per `key` and never again once its response is recorded:
+    an effect that happened just before a crash (or a lost lease) runs again,
+    except `fn`'s writes to this database with `atomic=True`, which commit in
+    the record's own transaction and so happen at most once (exactly once).
 
-    What that guarantees: once a call's response is recorded, no later call
-    with the key runs `fn` again (it gets the recorded response), and two
-    calls at once never both run it. Without `atomic=True`, a crash (or a
-    lost lease) after `fn`'s effect but before its response is recorded runs
-    `fn` again next time: at least once, at most once per completed record.
-    With `atomic=True`, `fn`'s writes to this database commit in the same
-    transaction as the record, so those effects happen exactly once; effects
-    outside the database (an email, an API call) are still at least once.
+    Returns the response (recorded, or replayed). Two calls at once never
+    both run `fn`; a later call with the key gets the recorded response.
+    Effects outside the database (an e-mail, an API call) are at least once
+    whatever `atomic` says; pass the key to a remote API that takes one to
+    close that window. The same in every execution mode of a handler.
 
     `request` identifies what `fn` does; reusing a key for a different request
     raises `IdempotencyConflict`. The response must be JSON-serializable; the

@@ -8,19 +8,23 @@ is refused with `ProcessIdInUse`.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .. import validation
-from ..exceptions import ProcessIdInUse
+from ..exceptions import InvalidInput, ProcessIdInUse
 from ..sql import processes as sql
-from ..sql.processes import SILENT_INTERVALS
+from ..sql.processes import SILENT_INTERVALS, RunReport
 from ..sql.runner import dump_json, run, run_one
-from ..states import WorkerRole, WorkerStatus
+from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from ..storage import storage_for
+
+logger = logging.getLogger("leasing.operations")
 
 
 def new_process_id(role: str = WorkerRole.WORKER) -> str:
@@ -60,9 +64,58 @@ def register(
         )
 
 
-def beat(worker_id: str, *, completed: int = 0, failed: int = 0, using: str = "default") -> bool:
-    """Refresh `last_seen_at` and add to the counters; False if the row is gone or stopped."""
-    return bool(run(using, sql.beat(storage_for(using), worker_id, completed, failed)))
+def beat(
+    worker_id: str,
+    *,
+    completed: int = 0,
+    failed: int = 0,
+    runs: RunReport | None = None,
+    using: str = "default",
+) -> Beat | None:
+    """Refresh `last_seen_at`, add to the counters and record the runs.
+
+    Returns what the row says back (the operator's request), or None if the
+    row is gone or stopped.
+    """
+    statement = sql.beat(storage_for(using), worker_id, completed, failed, runs or RunReport())
+    row = run_one(using, statement)
+    if row is None:
+        return None
+    return Beat(
+        requested=row["requested_action"], by=row["requested_by"], reason=row["request_reason"]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """What a worker's beat reads back from its row."""
+
+    requested: str | None  # WorkerRequest: quiet or stop, None: carry on
+    by: str | None = None
+    reason: str | None = None
+
+
+def request(worker_id: Any, action: Any, *, by: Any, reason: Any, using: str = "default") -> bool:
+    """Ask a live worker process to go quiet (stop claiming, finish its running items) or to
+    stop (quiet, then exit as on SIGTERM). It sees the request at its next beat.
+
+    Returns False when no live worker has that id, or it was already asked to
+    stop (a stop is not turned back into quiet). `by` and `reason` are kept on
+    the worker's row and logged.
+    """
+    using = validation.database_alias(using)
+    worker_id = validation.non_empty_text("worker_id", worker_id)
+    if action not in WorkerRequest.values:
+        raise InvalidInput(
+            f"Unknown request {action!r}; expected one of {', '.join(WorkerRequest.values)}."
+        )
+    by = validation.non_empty_text("by", by, max_length=150).strip()
+    reason = validation.non_empty_text("reason", reason, max_length=1000).strip()
+    row = run_one(using, sql.request(storage_for(using), worker_id, action, by, reason))
+    if row is None:
+        return False
+    logger.warning("worker %s asked to %s by %s: %s", worker_id, action, by, reason)
+    return True
 
 
 def record_scan(

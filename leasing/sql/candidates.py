@@ -67,6 +67,10 @@ def where(d: Storage, filters: ClaimFilters, *, skip: tuple[str, ...] = ()) -> S
             if clause:
                 clauses.append(f"AND {clause}")
                 params += clause_params
+    if filters.exclude_ids:
+        clause, clause_params = d.in_list("work_item_id", list(filters.exclude_ids))
+        clauses.append(f"AND NOT ({clause})")
+        params += clause_params
     sql = f"""
         status = {PENDING} AND dependencies_left = 0 AND {AVAILABLE_AT} <= {d.now}
         {" ".join(clauses)} AND {not_paused(d)}

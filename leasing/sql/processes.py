@@ -9,9 +9,10 @@ silent: the sweep marks it `lost`, and the console shows it red.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..states import WorkerStatus
+from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from .runner import Statement
 
 if TYPE_CHECKING:
@@ -22,6 +23,17 @@ SILENT_INTERVALS = 3
 RUNNING = f"'{WorkerStatus.RUNNING.value}'"
 STOPPING = f"'{WorkerStatus.STOPPING.value}'"
 LOST = f"'{WorkerStatus.LOST.value}'"
+STOP_REQUEST = f"'{WorkerRequest.STOP.value}'"
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """What a worker's beat says of its runs (its `workers` row keeps the last one)."""
+
+    busy: int = 0  # runs whose handler is running
+    abandoned: int = 0  # fenced-out runs whose handler thread still runs
+    newly_abandoned: int = 0  # runs abandoned since the last beat (added to the total)
+    quiet: bool = False  # the process claims nothing
 
 
 def silent(d: Storage, default_interval: float, row: str = "workers") -> Statement:
@@ -62,7 +74,10 @@ def register(
             started_at = excluded.started_at, last_seen_at = excluded.last_seen_at,
             stopped_at = NULL, status = {RUNNING}, concurrency = excluded.concurrency,
             work_types = excluded.work_types, queues = excluded.queues,
-            heartbeat_interval = excluded.heartbeat_interval
+            heartbeat_interval = excluded.heartbeat_interval,
+            runs_busy = 0, runs_abandoned = 0, quiet_since = NULL,
+            requested_action = NULL, requested_by = NULL, request_reason = NULL,
+            requested_at = NULL
         WHERE workers.status NOT IN ({RUNNING}, {STOPPING}) OR {live_check}
         RETURNING worker_id
     """
@@ -80,17 +95,46 @@ def register(
     return sql, params
 
 
-def beat(d: Storage, worker_id: str, completed: int, failed: int) -> Statement:
-    """Refresh `last_seen_at`, add to the counters, and come back from `lost`."""
+def beat(d: Storage, worker_id: str, completed: int, failed: int, runs: RunReport) -> Statement:
+    """Refresh `last_seen_at`, add to the counters, record the runs, come back from `lost`.
+
+    Returns the operator's request to the process, if any.
+    """
     sql = f"""
         UPDATE workers
         SET last_seen_at = {d.now},
             items_completed = items_completed + %s, items_failed = items_failed + %s,
+            runs_busy = %s, runs_abandoned = %s,
+            runs_abandoned_total = runs_abandoned_total + %s,
+            quiet_since = CASE WHEN %s THEN COALESCE(quiet_since, {d.now}) ELSE NULL END,
             status = CASE WHEN status = {LOST} THEN {RUNNING} ELSE status END
         WHERE worker_id = %s AND status IN ({RUNNING}, {STOPPING}, {LOST})
-        RETURNING worker_id
+        RETURNING worker_id, requested_action, requested_by, request_reason
     """
-    return sql, [completed, failed, worker_id]
+    params = [
+        completed,
+        failed,
+        runs.busy,
+        runs.abandoned,
+        runs.newly_abandoned,
+        runs.quiet,
+        worker_id,
+    ]
+    return sql, params
+
+
+def request(d: Storage, worker_id: str, action: str, by: str, reason: str) -> Statement:
+    """Ask a live worker process to go quiet or stop; a stop is never turned back into quiet."""
+    sql = f"""
+        UPDATE workers
+        SET requested_action = %s, requested_by = %s, request_reason = %s,
+            requested_at = {d.now}
+        WHERE worker_id = %s AND role = %s AND status IN ({RUNNING}, {STOPPING}, {LOST})
+          AND (requested_action IS NULL OR requested_action <> {STOP_REQUEST}
+               OR %s = {STOP_REQUEST})
+        RETURNING worker_id, requested_action
+    """
+    return sql, [action, by, reason, worker_id, WorkerRole.WORKER.value, action]
 
 
 def record_scan(

@@ -34,3 +34,5 @@ class ClaimFilters:
     work_types: tuple[str, ...] | None = None
     queues: tuple[str, ...] | None = None
     task_ids: tuple[str, ...] | None = None
+    # Items the claimer must not take (a worker's abandoned runs, still running).
+    exclude_ids: tuple[str, ...] = ()

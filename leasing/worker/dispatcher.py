@@ -10,6 +10,7 @@ the first handlers start while the rest are claimed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -58,8 +59,14 @@ class Dispatcher:
         *,
         on_done: Callable[[list[Slot]], None],
         wake: Callable[[], None],
+        excluded: Callable[[], tuple[str, ...]] = lambda: (),
+        screen: Callable[[list[Slot]], list[Slot]] = lambda slots: slots,
     ) -> None:
+        # Drops claimed slots that must not run (their item's old run still runs here).
+        self.screen = screen
         self.config = config
+        # Items not to claim now (those whose abandoned run still runs here).
+        self.excluded = excluded
         self.manager = manager
         self.slots = slots
         self.pool = pool
@@ -153,8 +160,11 @@ class Dispatcher:
         c = self.config
         try:
             if capacity > 0:
+                filters = c.filters
+                if excluded := self.excluded():
+                    filters = dataclasses.replace(filters, exclude_ids=excluded)
                 completion, leases = complete_and_claim(
-                    self.manager, done, capacity, c.terms, c.filters
+                    self.manager, done, capacity, c.terms, filters
                 )
             else:
                 completion, leases = complete(self.manager, done), []
@@ -209,6 +219,8 @@ class Dispatcher:
             )
             for lease in leases
         ]
+        self.counters.add(claimed=len(leases))
+        slots = self.screen(slots)
         self.slots.add_all(slots)
         if logger.isEnabledFor(logging.DEBUG):
             for lease in leases:
@@ -221,7 +233,6 @@ class Dispatcher:
                     lease.max_retries + 1,
                 )
         self.pool.submit(slots)
-        self.counters.add(claimed=len(leases))
         return len(leases)
 
     # --- shutting down --------------------------------------------------------------------

@@ -12,7 +12,8 @@ one statement, the runs whose lease is due by its policy:
   written by its claim and its completion only;
 * a running `beat`-mode run (proof of work): its handler beat since the last
   renewal, and that interval (capped by `EXTENDER_INTERVAL`) has passed; a
-  handler that stops beating lets its lease run out.
+  handler that stops beating lets its lease run out, and a round after its
+  expiry the run is reported lost (and abandoned, if its thread still runs).
 
 Each round also beats the process's `workers` row. Leases the database no
 longer shows as held are reported through `on_lease_lost`; after
@@ -24,11 +25,12 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
 
 from django.db import DatabaseError
 
-from ..exceptions import DatabaseUnavailable
+from ..exceptions import DatabaseUnavailable, LeaseExpiredError
 from ..keeping import TIME, WORK, KeptLease, LeaseKeeper
 from ..services.leases import LeaseManager
 from ..threads import IntervalThread
@@ -104,6 +106,7 @@ class LeaseRenewer(IntervalThread):
         # A lease is renewed at the last tick before its period runs out.
         self.keeper.keep([self.policy(slot) for slot in slots], slack=self.interval)
         if slots:
+            self._report_silent_runs(slots)
             self._pass_on_cancel_requests()
         if self.on_tick is not None:
             try:
@@ -111,6 +114,28 @@ class LeaseRenewer(IntervalThread):
             except (DatabaseUnavailable, DatabaseError) as exc:
                 # The process could not prove it is alive: a failed round like any other.
                 self.keeper.failed([], exc)
+
+    def _report_silent_runs(self, slots: list[Slot]) -> None:
+        """A `beat`-mode run whose handler stopped beating let its lease run out: report it
+        lost (it is abandoned) once its lease has surely expired, a round past its expiry.
+
+        Nothing renews such a lease, so no round would find it lost otherwise.
+        """
+        now = time.monotonic()
+        for slot in slots:
+            kept = slot.kept
+            if (
+                kept.policy == WORK
+                and slot.state is SlotState.RUNNING
+                and now > kept.renewed_at + slot.lease_duration + self.interval
+            ):
+                self.on_lease_lost(
+                    slot,
+                    LeaseExpiredError(
+                        f"lease on {slot.lease.work_item_id} (token {slot.lease.token}) expired: "
+                        "its handler stopped beating"
+                    ),
+                )
 
     def _pass_on_cancel_requests(self) -> None:
         """Tell the runs whose items someone asked to stop (within one tick of the request)."""

@@ -9,8 +9,17 @@ keyed by its lease (item and token).
 
 Shutdown (SIGTERM/SIGINT or `stop()`): stop claiming, give running items up
 to the shutdown timeout to finish, hand back what is left (`pending`, not a
-retry), mark the `workers` row `stopped`. A second signal exits at once. A
-dropped connection is logged, re-opened, and the worker carries on.
+retry), mark the `workers` row `stopped`. A second signal hands the running
+items back at once and exits. A dropped connection is logged, re-opened, and
+the worker carries on.
+
+A run fenced out while its handler thread still runs (timed out, its lease
+lost, force-released) is an abandoned run (`AbandonedRuns`): counted on every
+beat in the `workers` row, never re-claimed by this process while it runs.
+Past `LEASING["MAX_ABANDONED_RUNS"]` of them the worker claims nothing,
+finishes its running items and exits with `EXIT_ABANDONED_RUNS` so the
+service manager starts a fresh process (threads cannot be killed; a process
+can).
 """
 
 from __future__ import annotations
@@ -20,14 +29,16 @@ import random
 import threading
 import time
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
-from ..exceptions import DatabaseUnavailable
+from ..conf import get_settings
+from ..exceptions import DatabaseUnavailable, LeaseConflictError
 from ..services import processes
 from ..services.backlog import due_within
 from ..services.leases import LeaseManager
-from ..sql.runner import close_connection, is_lock_conflict
-from ..states import WorkerRole, WorkerStatus
+from ..sql.processes import RunReport
+from ..sql.runner import close_connection, is_lock_conflict, run
+from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from ..storage import storage_for
 from .dispatcher import Dispatcher
 from .executors import ExecutorPool
@@ -36,11 +47,17 @@ from .listener import NotifyListener
 from .options import WorkerConfig, WorkerOptions, resolve
 from .outcomes import Counters, Recorder, WorkerSummary, one_line
 from .renewer import LeaseRenewer
-from .slots import Slot, SlotState, SlotTable
-from .stopping import ShutdownSignals
+from .slots import AbandonedRuns, Slot, SlotState, SlotTable
+from .stopping import FORCED_STATEMENT_TIMEOUT, ShutdownSignals
 from .watch import Watch
 
 logger = logging.getLogger("leasing.worker")
+
+# The exit status of a worker that stopped because too many of its runs were abandoned
+# (EX_TEMPFAIL: start it again). Documented with the systemd unit.
+EXIT_ABANDONED_RUNS = 75
+# The `WorkerSummary.reason` of that ending.
+TOO_MANY_ABANDONED = "too-many-abandoned-runs"
 
 
 class WorkerRuntime:
@@ -54,12 +71,17 @@ class WorkerRuntime:
         self.worker_id = config.worker_id
         self.manager = LeaseManager(config.worker_id, using=config.using)
         self.slots = SlotTable()
+        self.abandoned = AbandonedRuns()
+        self.max_abandoned_runs = get_settings().max_abandoned_runs
         self.counters = Counters()
         self._wake = threading.Event()  # something changed: look again
         self._freed = threading.Event()  # a slot ended, whatever its outcome
         self._notified = threading.Event()  # a NOTIFY said there is new work
         self._stop = threading.Event()
         self._exiting = False
+        self._over_bound_logged = False
+        self._quiet = False  # an operator asked it to claim nothing more
+        self._abandoned_reported = 0  # of `abandoned.total`, added to the workers row
         self._started_at = time.monotonic()
         self.recorder = Recorder(self.manager, self.counters, exiting=lambda: self._exiting)
         self.pool = ExecutorPool(
@@ -81,8 +103,12 @@ class WorkerRuntime:
             self.counters,
             on_done=self.slots.remove_all,
             wake=self._wake.set,
+            excluded=self._abandoned_item_ids,
+            screen=self._screen_claims,
         )
-        self.watch = Watch(self.slots, self.pool, self.recorder, self.counters, self._on_done)
+        self.watch = Watch(
+            self.slots, self.pool, self.recorder, self.counters, self._on_done, self.abandoned
+        )
         self.renewer = LeaseRenewer(
             self.manager,
             self.slots,
@@ -114,12 +140,21 @@ class WorkerRuntime:
         self.stop()
 
     def _hand_back_all(self) -> int:
-        """A forced stop: give every run in flight back at once (one statement)."""
+        """A forced stop: give every run in flight back at once (one statement).
+
+        On PostgreSQL the statement is bounded by a `statement_timeout` of
+        `FORCED_STATEMENT_TIMEOUT`, so a row lock held elsewhere cancels it on
+        the server rather than leave it waiting after the process is gone.
+        """
         self._stop.set()
+        using = self.config.using
         try:
+            if connections[using].vendor == "postgresql":
+                timeout = f"{round(FORCED_STATEMENT_TIMEOUT * 1000)}ms"
+                run(using, ("SELECT set_config('statement_timeout', %s, false)", [timeout]))
             return self.manager.requeue_all([slot.key for slot in self.slots])
         finally:
-            close_connection(self.config.using)  # this thread's own
+            close_connection(using)  # this thread's own
 
     def stop(self) -> None:
         """Stop claiming and shut down gracefully."""
@@ -136,13 +171,15 @@ class WorkerRuntime:
         self._with_reconnect(self._register, what="registering the worker")
         c = self.config
         logger.info(
-            "worker %s started: concurrency %d, work types %s, queues %s, lease %gs, heartbeat %gs",
+            "worker %s started: concurrency %d, queues %s, work types %s",
             self.worker_id,
             c.concurrency,
-            ", ".join(c.specs),
             ", ".join(c.filters.queues or ()) or "all",
-            c.terms.duration,
-            c.renew_interval,
+            ", ".join(
+                f"{work_type} (lease {c.terms.duration_for(work_type):g}s, heartbeat "
+                f"{c.heartbeat_intervals.get(work_type, c.renew_interval):g}s)"
+                for work_type in c.specs
+            ),
         )
         self.pool.start()
         self.renewer.start()
@@ -192,8 +229,9 @@ class WorkerRuntime:
         outages = 0
         while not self._stop.is_set():
             self.watch.supervise()
+            claiming = not self._quiet and not self._too_many_abandoned()
             try:
-                claimed = self.dispatcher.cycle(claiming=True)
+                claimed = self.dispatcher.cycle(claiming=claiming)
                 if self.leadership is not None:
                     self.leadership.claimed(self.dispatcher.last_asked, claimed)
                 ended = None if claimed or len(self.slots) else self._idle_ending()
@@ -233,6 +271,18 @@ class WorkerRuntime:
 
     def _idle_ending(self) -> str | None:
         """Nothing in flight and nothing claimed: is the worker done?"""
+        if self._too_many_abandoned():
+            logger.error(
+                "worker %s exits with status %d: %d abandoned run(s), more than "
+                "LEASING['MAX_ABANDONED_RUNS'] (%d); a fresh process frees their threads",
+                self.worker_id,
+                EXIT_ABANDONED_RUNS,
+                len(self.abandoned),
+                self.max_abandoned_runs,
+            )
+            return TOO_MANY_ABANDONED
+        if self._quiet:
+            return None  # it waits, beating, until it is stopped
         if self.dispatcher.max_items_reached():
             return "max-items"
         if self.config.burst and not due_within(
@@ -275,7 +325,64 @@ class WorkerRuntime:
 
     def _has_room(self) -> bool:
         """Whether this worker would claim now (a stopping worker claims nothing)."""
-        return not self._stop.is_set() and self.dispatcher.has_room()
+        return (
+            not self._stop.is_set()
+            and not self._quiet
+            and not self._too_many_abandoned()
+            and self.dispatcher.has_room()
+        )
+
+    def _too_many_abandoned(self) -> bool:
+        """Past the bound: claim nothing, finish what runs, then exit (`_idle_ending`).
+
+        Counted afresh each time: an abandoned handler that lets go brings the
+        worker back under the bound, and it claims again.
+        """
+        over = len(self.abandoned.alive()) > self.max_abandoned_runs
+        if over and not self._over_bound_logged:
+            self._over_bound_logged = True
+            logger.error(
+                "%d abandoned run(s), more than LEASING['MAX_ABANDONED_RUNS'] (%d): claiming "
+                "nothing; the worker exits once its running items are done",
+                len(self.abandoned),
+                self.max_abandoned_runs,
+            )
+        elif not over:
+            self._over_bound_logged = False
+        return over
+
+    def _screen_claims(self, slots: list[Slot]) -> list[Slot]:
+        """Claimed runs of items whose earlier run still runs here are handed back at once.
+
+        A new claim of an item this process still runs means the old run was
+        fenced out (force-released, swept) before the renewer noticed: it is
+        abandoned now, and its item is left to other workers while its thread
+        runs.
+        """
+        running = {
+            slot.lease.work_item_id: slot
+            for executor in list(self.pool.executors)
+            if (slot := executor.slot) is not None
+        }
+        abandoned = set(self._abandoned_item_ids()) if len(self.abandoned) else set()
+        if not running and not abandoned:
+            return slots
+        keep = []
+        for slot in slots:
+            item_id = slot.lease.work_item_id
+            old = running.get(item_id)
+            if old is not None and old.key != slot.key:
+                self.watch.lease_lost(
+                    old, LeaseConflictError(f"claimed again with token {slot.lease.token}")
+                )
+            if old is not None or item_id in abandoned:
+                self.recorder.hand_back(slot, "its earlier run still runs in this process")
+                continue
+            keep.append(slot)
+        return keep
+
+    def _abandoned_item_ids(self) -> tuple[str, ...]:
+        return tuple(slot.lease.work_item_id for slot in self.abandoned.alive())
 
     def _on_done(self, slot: Slot) -> None:
         self.slots.remove(slot)
@@ -287,21 +394,63 @@ class WorkerRuntime:
         with c.lock:
             completed, failed = c.unreported_completed, c.unreported_failed
             c.unreported_completed = c.unreported_failed = 0
+        runs = self._run_report()
         try:
-            processes.beat(
-                self.worker_id, completed=completed, failed=failed, using=self.config.using
+            answer = processes.beat(
+                self.worker_id,
+                completed=completed,
+                failed=failed,
+                runs=runs,
+                using=self.config.using,
             )
         except BaseException:
             with c.lock:
                 c.unreported_completed += completed
                 c.unreported_failed += failed
             raise
+        self._abandoned_reported += runs.newly_abandoned
+        if answer is not None and answer.requested is not None and self._honour(answer):
+            # The row says so now, not a beat later.
+            processes.beat(self.worker_id, runs=self._run_report(), using=self.config.using)
+
+    def _honour(self, request: processes.Beat) -> bool:
+        """An operator's quiet or stop (read by this beat): acted on once; True if it was now."""
+        if request.requested == WorkerRequest.STOP and not self._stop.is_set():
+            logger.warning(
+                "stop requested by %s (%s): no new claims; finishing running items (up to %gs)",
+                request.by,
+                request.reason,
+                self.config.shutdown_timeout,
+            )
+            self.stop()
+            return True
+        if request.requested == WorkerRequest.QUIET and not self._quiet:
+            logger.warning(
+                "quiet requested by %s (%s): no new claims; running items finish",
+                request.by,
+                request.reason,
+            )
+            self._quiet = True
+            self._wake.set()
+            return True
+        return False
+
+    def _run_report(self) -> RunReport:
+        """The runs as the `workers` row shows them after this beat."""
+        busy = sum(1 for slot in self.slots if slot.state is SlotState.RUNNING)
+        abandoned = len(self.abandoned.alive())
+        return RunReport(
+            busy=busy,
+            abandoned=abandoned,
+            newly_abandoned=self.abandoned.total - self._abandoned_reported,
+            quiet=self._stop.is_set() or self._quiet or abandoned > self.max_abandoned_runs,
+        )
 
     def _log_summary(self) -> None:
         s = self.summary()
         logger.info(
             "summary %s: claimed %d, completed %d, failed %d, retried %d, lost %d, in flight %d, "
-            "%.1f items/s",
+            "abandoned %d, %.1f items/s",
             self.worker_id,
             s.claimed,
             s.completed,
@@ -309,6 +458,7 @@ class WorkerRuntime:
             s.retried,
             s.lost,
             len(self.slots),
+            len(self.abandoned),
             s.completed / max(s.elapsed_seconds, 1e-9),
         )
 
@@ -317,6 +467,13 @@ class WorkerRuntime:
     def _shutdown(self) -> None:
         self._stop.set()
         deadline = time.monotonic() + self.config.shutdown_timeout
+        if len(self.slots):  # the console says so while the running items finish
+            try:
+                processes.set_status(self.worker_id, WorkerStatus.STOPPING, using=self.config.using)
+            except (DatabaseUnavailable, DatabaseError) as exc:
+                logger.warning(
+                    "could not mark worker %s stopping: %s", self.worker_id, one_line(exc)
+                )
         while len(self.slots) and time.monotonic() < deadline:
             self.dispatcher.flush()
             self.watch.supervise()

@@ -7,11 +7,15 @@ slot, and nothing the old run does (finish, renew, fail) can touch it.
 
     queued  -> running -> finished -> (removed)
        \\________ abandoned (timed out, lost, or its executor died) -> (removed)
+
+A running slot abandoned while its handler thread still runs is kept in
+`AbandonedRuns` until that thread lets go.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import math
 import threading
 import time
@@ -26,6 +30,8 @@ from ..services.held import Lease, LeaseKey
 
 if TYPE_CHECKING:  # the executors import this module
     from .executors import Executor
+
+logger = logging.getLogger("leasing.worker")
 
 
 class SlotState(enum.Enum):
@@ -49,6 +55,7 @@ class Slot:
         "key",
         "lease",
         "lease_duration",
+        "lost_logged",
         "spec",
         "started_at",
         "state",
@@ -73,6 +80,8 @@ class Slot:
         self.context: WorkContext | None = None
         # Someone asked the item to stop (`leasing.cancel()`): the renewer saw it.
         self.cancel_requested = False
+        # The loss of its lease was logged (a loss is reported every renewal round).
+        self.lost_logged = False
         self.state = SlotState.QUEUED
         self.executor: Executor | None = None
         self.started_at: float | None = None
@@ -228,3 +237,64 @@ class SlotTable:
                 and getattr(slot.executor, "slot", None) is slot
             )
         ]
+
+
+class AbandonedRuns:
+    """Runs fenced out (timed out, lease lost) whose handler thread still runs, by (item, token).
+
+    Python cannot stop a thread: a handler blocked in a call that never
+    returns keeps its executor thread (retired, replaced by a fresh one) for
+    as long as it blocks. Each such run is logged once when it is abandoned
+    and once when its thread lets go; until then the worker counts it
+    (its `workers` row, /metrics, the console) and claims nothing of its item.
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[LeaseKey, tuple[Slot, Executor]] = {}
+        self._lock = threading.Lock()
+        self.total = 0  # every run abandoned since the process started
+
+    def add(self, slot: Slot, why: str) -> bool:
+        """Track the slot if its handler still runs in its executor; True if it does."""
+        executor = slot.executor
+        if executor is None or not _still_on(executor, slot):
+            return False
+        with self._lock:
+            if slot.key in self._runs:
+                return False
+            self._runs[slot.key] = (slot, executor)
+            self.total += 1
+            count = len(self._runs)
+        logger.warning(
+            "abandoned the run of %s (%s, token %d): %s; its handler thread still runs and "
+            "nothing it does is written (%d abandoned run(s) in this process)",
+            slot.lease.work_item_id,
+            slot.lease.work_type,
+            slot.lease.token,
+            why,
+            count,
+        )
+        return True
+
+    def alive(self) -> list[Slot]:
+        """The abandoned runs whose thread still runs; forgets (and logs) the others."""
+        with self._lock:
+            ended = [key for key, (slot, ex) in self._runs.items() if not _still_on(ex, slot)]
+            gone = [self._runs.pop(key)[0] for key in ended]
+            alive = [slot for slot, _ in self._runs.values()]
+        for slot in gone:
+            logger.info(
+                "the abandoned run of %s (token %d) ended after %.0f s",
+                slot.lease.work_item_id,
+                slot.lease.token,
+                slot.elapsed_ms() / 1000,
+            )
+        return alive
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+
+def _still_on(executor: Executor, slot: Slot) -> bool:
+    return executor.is_alive() and executor.slot is slot

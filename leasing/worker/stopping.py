@@ -1,9 +1,11 @@
 """SIGTERM and SIGINT for a worker process: the first stops it gracefully, a second at once.
 
 A second signal (Ctrl-C pressed twice) still gives the running items up:
-`on_forced` hands their leases back in one short statement, on a thread of its
-own with a connection of its own (the main thread may be inside a statement
-of its own), waited for at most `FORCED_STOP_SECONDS`; then the process exits.
+`on_forced` hands their leases back in one short statement (bounded by a
+`statement_timeout` of `FORCED_STATEMENT_TIMEOUT` on PostgreSQL), on a thread
+of its own with a connection of its own (the main thread may be inside a
+statement of its own), waited for at most `FORCED_STOP_SECONDS`; then the
+process exits.
 If the database does not answer in time, it exits all the same and says so:
 those leases wait for their expiry and the sweep.
 """
@@ -24,6 +26,8 @@ logger = logging.getLogger("leasing.worker")
 
 # How long a forced stop waits for its hand-back before it exits anyway.
 FORCED_STOP_SECONDS = 1.5
+# The hand-back statement's own bound on PostgreSQL (`statement_timeout`, seconds).
+FORCED_STATEMENT_TIMEOUT = 1.0
 # The exit status of a forced stop.
 FORCED_EXIT_CODE = 1
 

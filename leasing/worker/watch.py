@@ -6,9 +6,12 @@ import logging
 import time
 from collections.abc import Callable
 
+from django.db import DatabaseError
+
+from ..exceptions import DatabaseUnavailable
 from .executors import ExecutorPool
 from .outcomes import Counters, Recorder, one_line
-from .slots import Slot, SlotState, SlotTable
+from .slots import AbandonedRuns, Slot, SlotState, SlotTable
 
 logger = logging.getLogger("leasing.worker")
 
@@ -23,7 +26,9 @@ class Watch:
         recorder: Recorder,
         counters: Counters,
         on_done: Callable[[Slot], None],
+        abandoned: AbandonedRuns | None = None,
     ) -> None:
+        self.abandoned = abandoned if abandoned is not None else AbandonedRuns()
         self.slots = slots
         self.pool = pool
         self.recorder = recorder
@@ -48,12 +53,14 @@ class Watch:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.ABANDONED):
                 # The handler may never return: tell it, write its ending, and
                 # let a new executor take its place.
-                slot.lose(f"timed out after {round(slot.lease.cap_seconds)} s")
+                why = f"timed out after {round(slot.lease.cap_seconds)} s"
+                slot.lose(why)
                 self.recorder.time_out(slot)
                 if slot.executor is not None:  # set with the state, under the table's lock
                     self.pool.retire(
                         slot.executor, f"its handler of {slot.lease.work_item_id} timed out"
                     )
+                self.abandoned.add(slot, why)
                 self.on_done(slot)
                 return
             if self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
@@ -62,15 +69,41 @@ class Watch:
                 return
 
     def lease_lost(self, slot: Slot, error: BaseException) -> None:
-        """The renewer could not keep a lease: the run must stop writing."""
+        """The renewer could not keep a lease: the run must stop writing.
+
+        A lease the database shows as gone (expired, force-released,
+        force-failed, taken by another run) fences the run out: it is
+        abandoned, its executor replaced, and its item is not claimed again by
+        this process while its thread runs. A lease the renewer could not
+        renew because the database failed it stays tracked (its ending is
+        still tried, fenced): only the handler is told.
+        """
         if slot.state is SlotState.FINISHED:
             return  # its outcome is being written; the fence decides
         reason = one_line(error)
-        logger.warning(
-            "lease on %s (token %d) lost: %s", slot.lease.work_item_id, slot.lease.token, reason
-        )
         slot.lose(reason)
         if self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
             # Never started: nothing to finish; the item belongs to the sweep now.
+            self._log_lost(slot, reason)
             self.counters.add(lost=1)
             self.on_done(slot)
+            return
+        if isinstance(error, DatabaseUnavailable | DatabaseError):
+            if not slot.lost_logged:
+                self._log_lost(slot, reason)
+            return
+        if self.slots.transition(slot, SlotState.RUNNING, SlotState.ABANDONED):
+            self.counters.add(lost=1)
+            if slot.executor is not None:
+                self.pool.retire(
+                    slot.executor, f"its handler of {slot.lease.work_item_id} lost its lease"
+                )
+            if not self.abandoned.add(slot, f"its lease was lost ({reason})"):
+                self._log_lost(slot, reason)
+            self.on_done(slot)
+
+    def _log_lost(self, slot: Slot, reason: str) -> None:
+        slot.lost_logged = True
+        logger.warning(
+            "lease on %s (token %d) lost: %s", slot.lease.work_item_id, slot.lease.token, reason
+        )

@@ -53,13 +53,18 @@ class Child:
         return self.proc is not None and self.proc.poll() is None
 
 
+# What a worker's exit status means (docs/how-to/systemd.md, "Exit statuses of runworker").
+EXIT_MEANINGS = {75: "too many abandoned runs: a fresh process frees their threads"}
+
+
 def describe_exit(code: int) -> str:
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
-    return f"exited with code {code}"
+    meaning = EXIT_MEANINGS.get(code)
+    return f"exited with code {code}" + (f" ({meaning})" if meaning else "")
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -240,7 +240,8 @@ def test_beat_mode_lets_a_silent_handler_lose_its_lease(leasing_settings):
     finally:
         sweeper.stop()
     row = WorkItem.objects.get(pk=item.pk)
-    # The sweep took it back while the handler sat silent; its late result was refused.
+    # The sweep took it back while the handler sat silent; its run was abandoned (nothing
+    # it returned was written).
     assert row.status == "pending"
     assert row.retry_count == 1
     assert row.error_message.startswith("Lease expired - retry 1/")

@@ -53,6 +53,8 @@ def test_settings_are_read_lazily_and_follow_changes(settings):
         ({"PREFETCH": 1001}, "must be at most 1000"),
         ({"EXTENDER_ENABLED": "yes"}, "True or False"),
         ({"HANDLERS": []}, "must be a dict"),
+        ({"MAX_ABANDONED_RUNS": -1}, "must be at least 0"),
+        ({"MAX_ABANDONED_RUNS": 2.5}, "must be an integer"),
     ],
 )
 def test_bad_settings_raise_a_configuration_error(overrides, message):
@@ -89,6 +91,17 @@ def test_check_reports_invalid_settings(settings):
     [message] = check_settings()
     assert message.id == "leasing.E001"
     assert "SWEEP_INTERVAL" in message.msg
+
+
+def test_check_reports_a_bad_bound_on_abandoned_runs(settings):
+    """A worker reads MAX_ABANDONED_RUNS at start-up: the check refuses what it would."""
+    settings.LEASING = {"MAX_ABANDONED_RUNS": "four"}
+    [message] = check_settings()
+    assert message.id == "leasing.E001"
+    assert "MAX_ABANDONED_RUNS" in message.msg
+    settings.LEASING = {"MAX_ABANDONED_RUNS": 0}
+    assert check_settings() == []
+    assert get_settings().max_abandoned_runs == 0
 
 
 def test_check_warns_about_slow_recovery_and_late_loss_detection(settings):

@@ -66,6 +66,23 @@ def test_a_killed_child_is_restarted_and_the_demo_says_so(supervise):
     assert not worker.running and not other.running
 
 
+def test_a_worker_past_its_abandoned_run_bound_is_restarted_and_the_demo_says_why(supervise):
+    """runworker exits 75 past LEASING["MAX_ABANDONED_RUNS"]: the supervisor starts a new one."""
+    from leasing.worker.runtime import EXIT_ABANDONED_RUNS
+
+    code = f"import time; time.sleep(0.3); raise SystemExit({EXIT_ABANDONED_RUNS})"
+    worker = Child("worker", [sys.executable, "-c", code])
+    supervisor, said = supervise(worker)
+    supervisor.start()
+    first = worker.proc.pid
+    until(lambda: (supervisor.check(), worker.restarts == 1)[1])
+    assert (
+        f"   the worker (pid {first}) exited with code 75 (too many abandoned runs: a fresh "
+        "process frees their threads); restarting it in 0.05 s"
+    ) in said
+    assert worker.proc.pid != first
+
+
 def test_a_delayed_child_starts_after_its_delay(supervise):
     late = Child("recovery sweep", SLEEPER, start_after=0.5)
     supervisor, said = supervise(late)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -10,6 +11,7 @@ from django.core.management.base import CommandError, CommandParser
 from leasing.exceptions import InvalidInput, LeasingConfigurationError, ProcessIdInUse
 from leasing.management.base import LeasingCommand, non_empty, positive_int
 from leasing.worker import WorkerOptions, WorkerRuntime
+from leasing.worker.runtime import EXIT_ABANDONED_RUNS, TOO_MANY_ABANDONED
 
 # Allocations between two collections of the young generation in a worker (Python's default: 700).
 YOUNG_GENERATION_THRESHOLD = 10_000
@@ -18,7 +20,9 @@ YOUNG_GENERATION_THRESHOLD = 10_000
 class Command(LeasingCommand):
     help = (
         "Run a worker: claim work items under leases, run their handlers, release them. "
-        "SIGTERM/SIGINT stop it gracefully; a second signal exits at once. Lease terms, "
+        "SIGTERM/SIGINT stop it gracefully; a second signal hands running items back and "
+        "exits; past LEASING['MAX_ABANDONED_RUNS'] abandoned runs it exits with status 75. "
+        "Lease terms, "
         "polling, prefetch and the shutdown timeout are LEASING settings, the same for every "
         "worker; the flags below are what differs from one worker process to the next."
     )
@@ -140,3 +144,6 @@ class Command(LeasingCommand):
                 )
             )
             self.stdout.write(f"worker {summary.worker_id} stopped ({summary.reason}): {counts}")
+        if summary.reason == TOO_MANY_ABANDONED:
+            # Threads cannot be stopped, a process can: the service manager starts a fresh one.
+            sys.exit(EXIT_ABANDONED_RUNS)

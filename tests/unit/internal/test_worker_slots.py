@@ -258,3 +258,74 @@ def test_a_queued_slot_past_its_deadline_is_handed_back_once():
     assert calls.calls == [("hand_back", ("late", 1))]
     assert done == [due]
     assert fine.state is SlotState.QUEUED
+
+
+class BlockedExecutor(threading.Thread):
+    """An executor thread whose handler blocks until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.release = threading.Event()
+        self.slot: Slot | None = None
+
+    def run(self) -> None:
+        self.release.wait(30)
+        self.slot = None
+
+
+def running_slot(table: SlotTable, item: str) -> tuple[Slot, BlockedExecutor]:
+    slot = Slot(lease(item), spec(), 60.0)
+    table.add_all([slot])
+    executor = BlockedExecutor()
+    executor.start()
+    assert table.start(slot, executor)  # type: ignore[arg-type]
+    executor.slot = slot
+    return slot, executor
+
+
+def test_a_running_slot_fenced_out_is_abandoned_once_until_its_thread_lets_go(caplog):
+    from leasing.exceptions import LeaseExpiredError
+    from leasing.worker.slots import AbandonedRuns
+
+    table, calls, abandoned = SlotTable(), Calls(), AbandonedRuns()
+    counters = Counters()
+    done: list[Slot] = []
+    watch = Watch(table, calls, calls, counters, done.append, abandoned)  # type: ignore[arg-type]
+    slot, executor = running_slot(table, "hung")
+    with caplog.at_level("INFO", logger="leasing.worker"):
+        for _ in range(3):  # the renewer reports a lost lease every round
+            watch.lease_lost(slot, LeaseExpiredError("force-released"))
+        assert slot.state is SlotState.ABANDONED
+        assert calls.calls == [("retire", executor)]
+        assert done == [slot] and counters.lost == 1
+        assert [s.key for s in abandoned.alive()] == [("hung", 1)]
+        assert abandoned.total == 1
+        executor.release.set()
+        executor.join(5)
+        assert abandoned.alive() == []
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("abandoned the run of hung" in line for line in lines) == 1, lines
+    assert sum("the abandoned run of hung (token 1) ended" in line for line in lines) == 1
+    assert not any("lease on hung" in line for line in lines)
+    assert abandoned.total == 1
+
+
+def test_a_lease_the_database_failed_to_renew_stays_running_and_is_logged_once(caplog):
+    from leasing.exceptions import DatabaseUnavailable
+    from leasing.worker.slots import AbandonedRuns
+
+    table, calls, abandoned = SlotTable(), Calls(), AbandonedRuns()
+    done: list[Slot] = []
+    watch = Watch(table, calls, calls, Counters(), done.append, abandoned)  # type: ignore[arg-type]
+    slot, executor = running_slot(table, "offline")
+    try:
+        with caplog.at_level("WARNING", logger="leasing.worker"):
+            for _ in range(3):
+                watch.lease_lost(slot, DatabaseUnavailable("connection refused"))
+        assert slot.state is SlotState.RUNNING  # its ending is still tried, fenced
+        assert slot.context is None or slot.context.lease_lost
+        assert len(abandoned) == 0 and done == [] and calls.calls == []
+        assert sum("lease on offline" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        executor.release.set()
+        executor.join(5)

@@ -1,0 +1,149 @@
+"""Thread mode owns up: a run fenced out while its handler thread still runs is an abandoned
+run, counted in the `workers` row and /metrics, logged once, its item not claimed again by
+that worker while the thread lives; past LEASING["MAX_ABANDONED_RUNS"] the worker exits 75."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from leasing import enqueue
+from leasing.metrics import render_latest
+from leasing.models import Worker
+from leasing.services.operations import Action, apply_action
+from leasing.worker.runtime import EXIT_ABANDONED_RUNS
+from tests.support.helpers import row, wait_for
+from tests.support.workers import leasing_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# A handler blocked for an hour (test.sleep ignores its lease): only a new process frees it.
+BLOCKED = {"seconds": 3600}
+
+
+def _metric(name: str, labels: str = "") -> float:
+    body = render_latest()[0].decode()
+    match = re.search(rf"^leasing_{name}{re.escape(labels)} (\S+)$", body, re.MULTILINE)
+    assert match, body
+    return float(match[1])
+
+
+def _force_release(item_id: str) -> None:
+    result = apply_action(
+        Action.FORCE_RELEASE, item_id, expected_token=None, actor="ops", reason="hung"
+    )
+    assert result.applied, result
+
+
+def _worker(spawn, record, *args: str, **leasing: object):
+    """A runworker process, returned once it registered (start-up is slow on a busy host)."""
+    env = {"LEASING_TEST_RECORD": str(record), **leasing_env(**leasing)}
+    proc = spawn("manage.py", "runworker", *args, env=env)
+    wait_for(lambda: Worker.objects.filter(status="running").exists(), timeout=60)
+    return proc
+
+
+def _starts(record, item_id: str) -> int:
+    if not record.exists():
+        return 0
+    return sum(
+        1 for line in record.read_text().splitlines() if line.split()[:3:2] == [item_id, "start"]
+    )
+
+
+def test_a_blocked_run_force_released_is_counted_not_reclaimed_and_past_the_bound_exits_75(
+    spawn, tmp_path
+):
+    record = tmp_path / "runs.txt"
+    first = enqueue("hung-1", "test.sleep", BLOCKED)
+    proc = _worker(
+        spawn,
+        record,
+        "--concurrency",
+        "2",
+        HEARTBEAT_INTERVAL=0.3,
+        LEASE_DURATION=30,
+        MAX_ABANDONED_RUNS=1,
+    )
+    try:
+        wait_for(lambda: _starts(record, first.pk) == 1, timeout=30)
+        _force_release(first.pk)
+
+        # Counted at the next beat, in the row and in /metrics.
+        wait_for(lambda: Worker.objects.get().runs_abandoned == 1, timeout=15)
+        worker = Worker.objects.get()
+        assert worker.runs_abandoned_total == 1
+        assert _metric("worker_runs", '{state="abandoned"}') == 1
+        assert _metric("abandoned_runs_total") == 1
+
+        # Its item is pending and claimable, yet this worker leaves it alone while the
+        # thread lives; it still claims other work (its executor was replaced).
+        other = enqueue("other", "test.noop")
+        wait_for(lambda: row(other.pk)["status"] == "completed", timeout=30)
+        time.sleep(1.5)  # many claim rounds at the test's 0.05 s poll
+        assert row(first.pk)["status"] == "pending"
+        assert _starts(record, first.pk) == 1
+        assert proc.poll() is None
+
+        # A second abandoned run is past the bound of 1: no more claims, then exit 75.
+        second = enqueue("hung-2", "test.sleep", BLOCKED)
+        wait_for(lambda: _starts(record, second.pk) == 1, timeout=30)
+        _force_release(second.pk)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == EXIT_ABANDONED_RUNS, err
+    assert row(first.pk)["status"] == "pending"
+    assert row(second.pk)["status"] == "pending"
+    assert _starts(record, first.pk) == 1
+    # Logged once per abandoned run, not once a beat.
+    assert err.count(f"abandoned the run of {first.pk}") == 1, err
+    assert err.count(f"abandoned the run of {second.pk}") == 1, err
+    assert f"lease on {first.pk}" not in err
+    assert "more than LEASING['MAX_ABANDONED_RUNS'] (1)" in err
+    worker = Worker.objects.get()
+    assert worker.status == "stopped"
+    assert worker.runs_abandoned_total == 2
+
+
+def test_a_run_past_its_timeout_is_abandoned_until_its_thread_lets_go(spawn, tmp_path):
+    """test.stuck (timeout 2 s, no retries) ignores everything for 6 s: timed out and failed
+    at 2 s, counted abandoned until its thread ends, then no longer."""
+    record = tmp_path / "runs.txt"
+    item = enqueue("stuck", "test.stuck", {"seconds": 6})
+    proc = _worker(spawn, record, HEARTBEAT_INTERVAL=0.3, LEASE_DURATION=30)
+    try:
+        wait_for(lambda: row(item.pk)["status"] == "failed", timeout=30)
+        wait_for(lambda: Worker.objects.get().runs_abandoned == 1, timeout=15)
+        assert Worker.objects.get().runs_abandoned_total == 1
+        # The handler returns after 6 s; the next beat counts it gone.
+        wait_for(lambda: Worker.objects.get().runs_abandoned == 0, timeout=30)
+        assert Worker.objects.get().runs_abandoned_total == 1
+        assert row(item.pk)["status"] == "failed"  # nothing the late handler returned was written
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert err.count(f"abandoned the run of {item.pk}") == 1, err
+    assert f"the abandoned run of {item.pk} (token 1) ended" in err
+
+
+def test_a_beat_mode_handler_that_stops_beating_is_abandoned_when_its_lease_runs_out(
+    spawn, tmp_path
+):
+    """No renewal finds such a lease lost (nothing renews it): the renewer notices its expiry."""
+    record = tmp_path / "runs.txt"
+    item = enqueue("silent", "test.beat_sleep", {"seconds": 30, "every": 0})
+    proc = _worker(spawn, record, HEARTBEAT_INTERVAL=0.25, LEASE_DURATION=1)
+    try:
+        wait_for(lambda: Worker.objects.get().runs_abandoned == 1, timeout=20)
+        assert row(item.pk)["status"] == "in_progress"  # the sweep's to recover, not ours
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    assert err.count(f"abandoned the run of {item.pk}") == 1, err
+    assert "its handler stopped beating" in err
