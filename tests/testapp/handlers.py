@@ -295,3 +295,9 @@ def process_work(ctx: WorkContext) -> Any:
         time.sleep(0.05)
         ctx.beat()
     return {"pid": os.getpid(), "effect": effect, "attempt": ctx.attempt}
+
+
+@handler("test.pid")
+def pid(ctx: WorkContext) -> Any:
+    """Returns the pid of the process it ran in (no `execution` option: the worker's choice)."""
+    return {"pid": os.getpid()}
