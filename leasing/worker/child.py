@@ -107,9 +107,16 @@ def main(conn: Connection, database: dict[str, Any], using: str, parent_pid: int
     reader = threading.Thread(target=_read, args=(conn, jobs, runs), name="reader", daemon=True)
     reader.start()
     conn.send(("ready", os.getpid()))
-    while (job := jobs.get()) is not None:
-        _, work_type, dotted_path, lease = job
-        conn.send(_run(conn, runs, work_type, dotted_path, lease, using))
+    try:
+        while (job := jobs.get()) is not None:
+            _, work_type, dotted_path, lease = job
+            conn.send(_run(conn, runs, work_type, dotted_path, lease, using))
+    except SystemExit:
+        if _TERMINATING.is_set():
+            # Stopped by the worker: the handler's `finally` blocks have run; skip the
+            # interpreter's own clean-up, which the worker would otherwise wait for.
+            os._exit(0)
+        raise
 
 
 def _read(conn: Connection, jobs: queue.SimpleQueue[tuple[Any, ...] | None], runs: _Runs) -> None:

@@ -29,7 +29,7 @@ from .. import validation
 from ..context import WorkContext
 from ..exceptions import Cancelled
 from ..sql.runner import close_connection
-from .children import Child, ChildAnswer, ChildProcessDied
+from .children import START_TIMEOUT, Child, ChildAnswer, ChildProcessDied
 from .outcomes import Recorder
 from .slots import Slot, SlotState, SlotTable
 
@@ -55,6 +55,8 @@ class Executor(threading.Thread):
         self.child: Child | None = pool.new_child(self.name)
         # Waiting for its child's answer: the child, not the thread, is stopped.
         self.in_child = False
+        # Set once it can take a run (its child started, or failed to).
+        self.ready = threading.Event()
 
     def run(self) -> None:
         # This thread's connection wrapper, looked up once (a lookup per run
@@ -67,6 +69,7 @@ class Executor(threading.Thread):
                     self.child.start()
                 except ChildProcessDied as exc:
                     logger.error("%s: %s", self.name, exc)
+            self.ready.set()
             while not self.retired:
                 slot = self.pool.take()
                 if slot is None:
@@ -122,8 +125,11 @@ class ExecutorPool:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        for _ in range(self.concurrency):
-            self._spawn()
+        """Start the executors; returns once each can take a run (its child started), so
+        the worker claims nothing that would wait out its timeout behind a starting child."""
+        executors = [self._spawn() for _ in range(self.concurrency)]
+        for executor in executors:
+            executor.ready.wait(START_TIMEOUT)
 
     def new_child(self, name: str) -> Child | None:
         """A child process for an executor, if any type runs in `process` mode."""

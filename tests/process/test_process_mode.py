@@ -101,7 +101,7 @@ def test_a_handler_blocked_in_a_call_is_stopped_at_its_timeout_and_retried(spawn
         # Retried in a fresh child (the stopped one was replaced).
         wait_for(lambda: len(started(record)) == 2, timeout=60)
         _, second_token, second_pid = started(record)[1]
-        assert second_token == token + 1 and second_pid != pid
+        assert second_token > token and second_pid != pid
     finally:
         summary = parse_summary(stop(proc))
     assert summary["timed_out"] >= 1
