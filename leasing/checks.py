@@ -10,8 +10,7 @@ E007  LEASING["READ_DATABASE"] names a database alias that DATABASES lacks
 E008  USE_TZ is False
 E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks
 E010  an entry of LEASING["HANDLERS"] cannot be loaded (its path, its options)
-E011  process execution cannot work as set: a process-mode handler a child process cannot
-      import by its dotted path, or PROCESS_STOP_GRACE not below SHUTDOWN_TIMEOUT
+E011  a process-mode handler a child cannot import, or PROCESS_STOP_GRACE >= SHUTDOWN_TIMEOUT
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
