@@ -57,6 +57,8 @@ class Executor(threading.Thread):
         self.in_child = False
         # Set once it can take a run (its child started, or failed to).
         self.ready = threading.Event()
+        # Its child is being replaced: the worker claims nothing for it meanwhile.
+        self.restarting = False
 
     def run(self) -> None:
         # This thread's connection wrapper, looked up once (a lookup per run
@@ -123,6 +125,7 @@ class ExecutorPool:
         self.executors: list[Executor] = []
         self._started = 0
         self._lock = threading.Lock()
+        self._restarting = 0  # executors whose child is being replaced
 
     def start(self) -> None:
         """Start the executors; returns once each can take a run (its child started), so
@@ -183,6 +186,7 @@ class ExecutorPool:
         """
         if executor.in_child and executor.is_alive():
             logger.info("%s stops its child process: %s", executor.name, why)
+            self._set_restarting(executor, True)
             return
         with self._lock:
             if executor.retired or executor not in self.executors:
@@ -191,6 +195,16 @@ class ExecutorPool:
             self.executors.remove(executor)
         logger.warning("replacing %s: %s", executor.name, why)
         self._spawn()
+
+    def restarting(self) -> int:
+        """Executors whose child is being replaced: a claim for them would wait for it."""
+        return self._restarting
+
+    def _set_restarting(self, executor: Executor, value: bool) -> None:
+        with self._lock:
+            if executor.restarting != value:
+                executor.restarting = value
+                self._restarting += 1 if value else -1
 
     def supervise(self) -> list[Slot]:
         """Replace executors that died; returns the runs they left behind (to hand back)."""
@@ -244,9 +258,12 @@ class ExecutorPool:
                 if answer.stopped is not None:
                     self._after_stop(executor, executor.child, slot, context, answer.stopped)
                     return
+                if not executor.child.alive():  # recycled (or dead): replaced below
+                    self._set_restarting(executor, True)
                 if answer.error is not None:
                     if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
                         self._record_failure(slot, answer.error, answer.kind)
+                    self._replace_child(executor, executor.child)
                     return
                 output_json = answer.output_json
             else:
@@ -260,6 +277,8 @@ class ExecutorPool:
             self.on_output(slot, output_json)
         # Otherwise the run was abandoned (it outlived its deadline or lost its
         # lease and was timed out): its ending is written already; drop the result.
+        if executor.child is not None:
+            self._replace_child(executor, executor.child)
 
     def _record_failure(self, slot: Slot, exc: BaseException, kind: str | None = None) -> None:
         try:
@@ -300,6 +319,7 @@ class ExecutorPool:
             slot.lease.token,
             why,
         )
+        self._set_restarting(executor, True)  # before the slot is freed for a new claim
         if context.lease_lost:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
                 self.recorder.counters.add(lost=1)
@@ -312,10 +332,17 @@ class ExecutorPool:
                     f"process was stopped ({why})"
                 ),
             )
+        self._replace_child(executor, child)
+
+    def _replace_child(self, executor: Executor, child: Child) -> None:
+        """Start a child in place of one that ended (stopped, recycled, died), if it did."""
         try:
-            child.start()  # the replacement, ready for the next run
-        except ChildProcessDied as exc:
+            if not child.alive() and not self.stopping():
+                child.start()
+        except ChildProcessDied as exc:  # the next run tries again, and fails if it cannot
             logger.error("%s: %s", executor.name, exc)
+        finally:
+            self._set_restarting(executor, False)
 
     def _check_connection(self, executor: Executor) -> None:
         """Before a handler gets this thread's connection: drop it if the server did."""

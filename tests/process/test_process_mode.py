@@ -42,7 +42,11 @@ def worker(spawn: Any, record: Path, *flags: str, **leasing: Any) -> subprocess.
         "manage.py",
         "runworker",
         *flags,
-        env={"LEASING_TEST_RECORD": str(record), **leasing_env(**settings)},
+        env={
+            "LEASING_TEST_RECORD": str(record),
+            "LEASING_TEST_PROCESS_HANDLERS": "1",
+            **leasing_env(**settings),
+        },
     )
 
 
@@ -216,11 +220,12 @@ def test_runworker_execution_sets_where_types_that_do_not_choose_run(spawn, tmp_
     """test.pid has no `execution` option: a thread of the worker by default, a child
     process with `--execution process`."""
     in_thread = enqueue("p", "test.pid")
-    proc = worker(spawn, tmp_path / "runs.txt", "--burst")
+    only = ("--burst", "--work-type", "test.pid")  # no process-mode type: no child at all
+    proc = worker(spawn, tmp_path / "runs.txt", *only)
     proc.communicate(timeout=90)
     assert row(in_thread.pk)["output_data"] == {"pid": proc.pid}
     in_child = enqueue("p", "test.pid")
-    proc = worker(spawn, tmp_path / "runs.txt", "--burst", "--execution", "process")
+    proc = worker(spawn, tmp_path / "runs.txt", *only, "--execution", "process")
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
     pid = row(in_child.pk)["output_data"]["pid"]

@@ -246,58 +246,14 @@ def until_cancelled(ctx: WorkContext) -> Any:
     return {"ran_out": True}
 
 
-# --- process execution (tests/process/test_process_mode.py): each line names the child's pid ---
-
-
-def record_pid(ctx: WorkContext, what: str) -> None:
-    record(ctx, f"{what} pid={os.getpid()}")
-
-
-@handler("test.process_sleep", execution="process", timeout=2, max_retries=1)
-def process_sleep(ctx: WorkContext) -> Any:
-    """Blocks in one call that never returns (retried after its timeout, by its policy)."""
-    record_pid(ctx, "start")
-    time.sleep(3600)
-    return {"woke": True}
-
-
-@handler("test.process_spin", execution="process", timeout=2, on_lease_expired="fail")
-def process_spin(ctx: WorkContext) -> Any:
-    """Spins in pure Python, never beating (failed after its timeout, by its policy)."""
-    record_pid(ctx, "start")
-    n = 0
-    while True:
-        n += 1
-
-
-@handler("test.process_hang", execution="process", max_retries=0)
-def process_hang(ctx: WorkContext) -> Any:
-    """No timeout: only a force-release, a cancel or a lost lease stops it."""
-    record_pid(ctx, "start")
-    time.sleep(3600)
-    return {"woke": True}
-
-
-@handler("test.process_work", execution="process", heartbeat="beat")
-def process_work(ctx: WorkContext) -> Any:
-    """Checkpoints, a `run_once` and proof-of-work beats, from a child; returns its pid."""
-    record_pid(ctx, "start")
-    data = ctx.input or {}
-    state = ctx.resume_state() or {"i": 0}
-    for i in range(state["i"], int(data.get("n", 3))):
-        ctx.checkpoint("iteration_end", {"i": i + 1})
-        ctx.beat()
-    effect = ctx.run_once(
-        f"effect:{ctx.lease.work_item_id}", {"n": data.get("n", 3)}, lambda: {"pid": os.getpid()}
-    )
-    deadline = time.monotonic() + float(data.get("beat_for", 0))
-    while time.monotonic() < deadline:  # outlives its lease only if the beats extend it
-        time.sleep(0.05)
-        ctx.beat()
-    return {"pid": os.getpid(), "effect": effect, "attempt": ctx.attempt}
-
-
 @handler("test.pid")
 def pid(ctx: WorkContext) -> Any:
     """Returns the pid of the process it ran in (no `execution` option: the worker's choice)."""
     return {"pid": os.getpid()}
+
+
+# A worker serving a process-mode type starts a child process per executor, so the
+# types of tests/process/test_process_mode.py are registered only in the workers of
+# those tests (the variable reaches their children too).
+if os.environ.get("LEASING_TEST_PROCESS_HANDLERS") == "1":
+    from tests.testapp import process_handlers  # noqa: F401

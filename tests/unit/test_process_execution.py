@@ -27,8 +27,12 @@ def test_the_handler_option_takes_thread_process_or_none():
 
 
 def test_a_handlers_own_choice_beats_the_workers():
-    config = resolve(WorkerOptions(work_types=("test.noop", "test.process_hang")))
-    assert dict(config.executions) == {"test.noop": "thread", "test.process_hang": "process"}
+    registry.register("t.in_child", noop, execution="process")
+    try:
+        config = resolve(WorkerOptions(work_types=("test.noop", "t.in_child")))
+    finally:
+        registry.unregister("t.in_child")
+    assert dict(config.executions) == {"test.noop": "thread", "t.in_child": "process"}
     config = resolve(WorkerOptions(work_types=("test.noop",), execution="process"))
     assert dict(config.executions) == {"test.noop": "process"}
     with pytest.raises(InvalidInput, match="execution must be"):
