@@ -9,7 +9,7 @@ by that token exactly as in a thread. The worker keeps the lease alive
 the renewer turns into fenced extensions, as it does for a thread.
 
 Messages, parent to child: `("run", work_type, dotted_path, lease)`,
-`("cancel", key)`, `("lost", key, reason)`, and None to exit. Child to
+`("cancel", key)` (the item was asked to stop), and None to exit. Child to
 parent: `("ready", pid)` once, then per run any number of `("beat",)` and
 one `("done", output_json, rss)` or `("error", kind, exception, text, rss)`.
 
@@ -120,7 +120,8 @@ def main(conn: Connection, database: dict[str, Any], using: str, parent_pid: int
 
 
 def _read(conn: Connection, jobs: queue.SimpleQueue[tuple[Any, ...] | None], runs: _Runs) -> None:
-    """Pass runs to the main thread, and requests to stop to the run they are for."""
+    """Pass runs to the main thread, and a request to stop to the run it is for (a lost
+    lease needs no message: the worker stops the child)."""
     while True:
         try:
             message = conn.recv()
@@ -131,12 +132,8 @@ def _read(conn: Connection, jobs: queue.SimpleQueue[tuple[Any, ...] | None], run
             continue
         with runs.lock:
             context = runs.context if runs.key == message[1] else None
-        if context is None:
-            continue  # for a run that already ended
-        if message[0] == "cancel":
+        if context is not None:  # else it is for a run that already ended
             context.request_cancel()
-        elif message[0] == "lost":
-            context.mark_lease_lost(message[2])
 
 
 def _run(

@@ -135,10 +135,9 @@ class Child:
             except (EOFError, OSError):
                 return self._died()
             if message is not None:
-                if message[0] == "beat":
-                    slot.heartbeat.beat()
-                    continue
-                return self._answer(message)
+                if message[0] != "beat":
+                    return self._answer(message)
+                slot.heartbeat.beat()  # and look at the run, however often it beats
             if slot.state is SlotState.ABANDONED:  # timed out, or handed back at shutdown
                 self.stop(grace)
                 return ChildAnswer(stopped="its run was ended by the worker")

@@ -180,6 +180,26 @@ def test_cancel_stops_a_child_that_ignores_it_after_the_grace_period(spawn, tmp_
     assert len(started(record)) == 1
 
 
+def test_a_cooperative_handler_in_a_child_sees_the_cancel_and_stops_by_itself(spawn, tmp_path):
+    """test.until_cancelled polls `ctx.cancelled`; in a child it learns of the request
+    from the worker and ends the run itself (its checkpoint raises Cancelled)."""
+    record = tmp_path / "runs.txt"
+    item = enqueue("p", "test.until_cancelled", {"seconds": 60})
+    only = ("--work-type", "test.until_cancelled", "--execution", "process")
+    proc = worker(spawn, record, *only, PROCESS_STOP_GRACE=10)
+    try:
+        wait_for(lambda: recorded(record, "start"), timeout=60)
+        cancel(item.pk, actor="ops", reason="stop it")
+        took = wait_for(lambda: row(item.pk)["status"] == "cancelled", timeout=10)
+        assert took < HEARTBEAT + 2  # well before the 10 s grace: it stopped by itself
+        assert recorded(record, "cancelled")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert parse_summary(out)["cancelled"] == 1
+    assert "stopped the child process" not in err
+
+
 def test_checkpoints_run_once_and_proof_of_work_beats_work_in_a_child(spawn, tmp_path):
     """test.process_work (beat mode) beats for longer than its lease: only its forwarded
     beats extend the lease; its checkpoints and `run_once` are fenced writes of the child."""
