@@ -73,6 +73,10 @@ def _die_with_parent(parent_pid: int) -> None:
 
 # Set by SIGTERM: the SystemExit in flight is the worker's stop, not the handler's own.
 _TERMINATING = threading.Event()
+# The exit status of a child ended by SIGTERM (128 + 15, as a shell reports it): the
+# worker tells a SIGTERM it did not send (a service manager signalling the whole
+# group) from a crash by it.
+TERMINATED_EXIT_CODE = 143
 
 
 def _on_sigterm(_signum: int, _frame: object) -> None:
@@ -115,7 +119,7 @@ def main(conn: Connection, database: dict[str, Any], using: str, parent_pid: int
         if _TERMINATING.is_set():
             # Stopped by the worker: the handler's `finally` blocks have run; skip the
             # interpreter's own clean-up, which the worker would otherwise wait for.
-            os._exit(0)
+            os._exit(TERMINATED_EXIT_CODE)
         raise
 
 

@@ -181,6 +181,15 @@ class Child:
             self.process.join(1.0)
             code = self.process.exitcode
         self._forget()
+        if code == child.TERMINATED_EXIT_CODE:
+            # SIGTERM the worker did not send (it stops children only after it ended
+            # their run): a service manager stopping the whole group, say. Not the
+            # handler's fault: handed back without counting an attempt (a bounded
+            # number of times in a row, as for any interruption).
+            return ChildAnswer(
+                error=ChildProcessDied("the child process running the handler got SIGTERM"),
+                kind="interrupted",
+            )
         why = f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
         return ChildAnswer(
             error=ChildProcessDied(f"the child process running the handler ended ({why})")
