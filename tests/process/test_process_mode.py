@@ -9,6 +9,7 @@ test names, and the item must end as its type's policy says.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -200,6 +201,38 @@ def test_a_cooperative_handler_in_a_child_sees_the_cancel_and_stops_by_itself(sp
     assert "stopped the child process" not in err
 
 
+def test_a_child_that_dies_fails_its_attempt_and_is_replaced(spawn, tmp_path):
+    record = tmp_path / "runs.txt"
+    dying = enqueue("p", "test.process_exit")
+    proc = worker(spawn, record)
+    try:
+        wait_for(lambda: row(dying.pk)["status"] == "failed", timeout=60)
+        assert "ended (exit code 7)" in row(dying.pk)["error_message"]
+        after = enqueue("p", "test.process_work", {"n": 1})
+        wait_for(lambda: row(after.pk)["status"] == "completed", timeout=60)
+    finally:
+        stop(proc)
+    [(_, _, dead), (_, _, fresh)] = started(record)
+    assert fresh != dead
+
+
+def test_a_sigterm_from_outside_hands_the_item_back_without_an_attempt(spawn, tmp_path):
+    """A service manager signalling every process of the worker (systemd's default
+    KillMode) is not the handler's fault."""
+    record = tmp_path / "runs.txt"
+    item = enqueue("p", "test.process_hang")
+    proc = worker(spawn, record)
+    try:
+        _, _, pid = first_start(record)
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: row(item.pk)["interruptions"] == 1, timeout=20)
+        assert row(item.pk)["retry_count"] == 0
+        wait_for(lambda: len(started(record)) == 2, timeout=60)  # and it runs again
+    finally:
+        summary = parse_summary(stop(proc))
+    assert summary["interrupted"] == 1
+
+
 def test_checkpoints_run_once_and_proof_of_work_beats_work_in_a_child(spawn, tmp_path):
     """test.process_work (beat mode) beats for longer than its lease: only its forwarded
     beats extend the lease; its checkpoints and `run_once` are fenced writes of the child."""
@@ -229,7 +262,7 @@ def test_a_child_is_replaced_after_process_max_items(spawn, tmp_path):
     proc = worker(spawn, record, "--burst", PROCESS_MAX_ITEMS=2)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert [row(item.pk)["status"] for item in items] == ["completed"] * 3
+    assert [row(item.pk)["status"] for item in items] == ["completed"] * 3, err
     pids = [pid for _, _, pid in started(record)]
     assert len(pids) == 3
     assert pids[0] == pids[1] and pids[2] != pids[0]

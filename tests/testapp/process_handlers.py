@@ -58,3 +58,10 @@ def process_work(ctx: WorkContext) -> Any:
         time.sleep(0.05)
         ctx.beat()
     return {"pid": os.getpid(), "effect": effect, "attempt": ctx.attempt}
+
+
+@handler("test.process_exit", execution="process", max_retries=0)
+def process_exit(ctx: WorkContext) -> Any:
+    """Ends its process without a word, as a crash in native code would."""
+    record_pid(ctx, "start")
+    os._exit(7)
