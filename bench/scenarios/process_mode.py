@@ -8,7 +8,8 @@ once the worker's children have started and gone idle, so the children's
 start-up (a fresh interpreter setting Django up) is outside the figures, as
 the worker's own start-up is. Client CPU counts the worker and its children
 (they are reaped by the worker, the worker by the bench). No target: the
-figures say what the choice costs (docs/how-to/execution-modes.md).
+figures say what the choice costs (docs/how-to/execution-modes.md). Jobs/s is
+read from the rows (first start to last completion), as `throughput` does.
 """
 
 from __future__ import annotations
@@ -93,7 +94,10 @@ def _drain(bench: Bench, label: str, execution: str, m: int) -> dict[str, Any]:
         "execution": execution,
         "items": m,
         "completed": stats["completed"],
-        "jobs_per_s": round(stats["completed"] / wall, 1) if wall > 0 else None,
+        # From the first start to the last completion (the rows), and from the gate to
+        # the worker's exit (wall: its shutdown, children included).
+        "jobs_per_s": stats["jobs_per_s"],
+        "wall_jobs_per_s": round(stats["completed"] / wall, 1) if wall > 0 else None,
         **cost_per_job(bench, stats["completed"], client_cpu, at_gate["xact"]),
     }
     progress(f"    {result['jobs_per_s']} jobs/s, {result['client_cpu_us_per_job']} us CPU/job")
@@ -118,7 +122,7 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
         if thread is None or process is None:
             continue
         yield Row(
-            f"process_mode {label} c{r['concurrency']}: jobs/s thread | process",
+            f"process_mode {label} c{r['concurrency']}: jobs/s (rows) thread | process",
             f"{thread['jobs_per_s']} | {process['jobs_per_s']}",
             absolute=True,
         )
