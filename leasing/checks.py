@@ -10,6 +10,7 @@ E007  LEASING["READ_DATABASE"] names a database alias that DATABASES lacks
 E008  USE_TZ is False
 E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks
 E010  an entry of LEASING["HANDLERS"] cannot be loaded (its path, its options)
+E011  a process-mode handler a child cannot import, or PROCESS_STOP_GRACE >= SHUTDOWN_TIMEOUT
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
@@ -104,6 +105,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         )
     specs, handler_messages = _handler_specs()
     messages += handler_messages
+    messages += _process_execution(conf, specs)
     messages += _stale_between_renewals(conf, specs)
     if conf.sweep_interval > conf.lease_duration:
         messages.append(
@@ -146,6 +148,35 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="leasing.E003",
             )
         )
+    return messages
+
+
+def _process_execution(
+    conf: LeasingSettings, specs: list[HandlerSpec]
+) -> list[checks.CheckMessage]:
+    """What would stop process execution (leasing.E011)."""
+    messages: list[checks.CheckMessage] = []
+    if conf.process_stop_grace >= conf.shutdown_timeout:
+        messages.append(
+            checks.Error(
+                f"LEASING['PROCESS_STOP_GRACE'] ({conf.process_stop_grace:g}s) must be below "
+                f"LEASING['SHUTDOWN_TIMEOUT'] ({conf.shutdown_timeout:g}s): a stopping worker "
+                "could not stop a child process before its shutdown timeout runs out.",
+                hint="A few seconds is enough for a handler to clean up after SIGTERM.",
+                id="leasing.E011",
+            )
+        )
+    for spec in specs:
+        if spec.execution == "process" and not spec.importable():
+            messages.append(
+                checks.Error(
+                    f"The handler of {spec.work_type!r} runs in a child process, which finds "
+                    f"it by its dotted path {spec.dotted_path!r}, but that path does not lead "
+                    "to it: every run would fail.",
+                    hint="Define the handler at module level in an importable module.",
+                    id="leasing.E011",
+                )
+            )
     return messages
 
 

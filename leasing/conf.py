@@ -152,6 +152,15 @@ class LeasingSettings:
     #: False: a `LeaseExtender` built from the settings extends nothing (proof-of-work extension
     #: switched off for the deployment).
     extender_enabled: bool = True
+    #: Process execution: items a child process runs before the worker replaces it with a fresh
+    #: one, so what a handler leaks (memory, file handles, module state) is given back.
+    process_max_items: int = 1000
+    #: Process execution: a child whose resident memory exceeds this many MiB after an item is
+    #: replaced, so one large item does not keep its memory for the child's life.
+    process_max_memory_mb: int = 1024
+    #: Process execution: seconds a cancelled run gets to stop by itself before its child gets
+    #: SIGTERM, and a child gets after SIGTERM before SIGKILL; below SHUTDOWN_TIMEOUT (E011).
+    process_stop_grace: float = 5.0
 
 
 # Seconds: positive, and no more than any `validation.positive_seconds` at run time takes.
@@ -168,6 +177,7 @@ _SECONDS = {
     "poll_interval",
     "shutdown_timeout",
     "max_lease_lifetime",
+    "process_stop_grace",
 }
 
 
@@ -181,6 +191,8 @@ def _integer_range(name: str) -> tuple[int, int] | None:
         "max_payload_bytes": (1, validation.MAX_BIGINT),
         "max_retries": (0, validation.PG_INT_MAX),  # each item's max_retries column
         "max_abandoned_runs": (0, validation.PG_INT_MAX),  # the workers row's count
+        "process_max_items": (1, validation.MAX_BIGINT),
+        "process_max_memory_mb": (1, validation.MAX_BIGINT),
     }.get(name)
 
 

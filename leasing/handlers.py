@@ -34,8 +34,10 @@ if TYPE_CHECKING:  # the context is built by the worker, a layer above this regi
 
 HeartbeatMode = Literal["thread", "beat"]
 ExpiryPolicy = Literal["retry", "fail"]
+ExecutionMode = Literal["thread", "process"]
 HEARTBEAT_MODES: tuple[str, ...] = ("thread", "beat")
 EXPIRY_POLICIES: tuple[str, ...] = ("retry", "fail")
+EXECUTION_MODES: tuple[str, ...] = ("thread", "process")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,9 @@ class HandlerSpec:
     of being retried, for work that must not run twice. `timeout` is the most
     one run may take, in seconds; `max_lease_lifetime` overrides
     `LEASING["MAX_LEASE_LIFETIME"]` for the type. A run is cut off at the
-    smaller of the two.
+    smaller of the two. `execution="process"` runs the type's handler in a child
+    process of the worker, which can be stopped (`docs/how-to/execution-modes.md`);
+    None leaves it to the worker (`runworker --execution`, threads by default).
     """
 
     work_type: str
@@ -60,6 +64,7 @@ class HandlerSpec:
     on_lease_expired: ExpiryPolicy = "retry"
     timeout: float | None = None
     max_lease_lifetime: float | None = None
+    execution: ExecutionMode | None = None
 
     def cap_seconds(self, default_lifetime: float) -> float:
         """The most a lease of this type can live from its claim."""
@@ -69,6 +74,14 @@ class HandlerSpec:
     @property
     def dotted_path(self) -> str:
         return f"{self.func.__module__}.{getattr(self.func, '__qualname__', self.func)}"
+
+    def importable(self) -> bool:
+        """Whether a fresh process finds this handler by its dotted path, as a worker's
+        child process must (not a function defined in another function, or replaced)."""
+        try:
+            return bool(import_string(self.dotted_path) is self.func)
+        except ImportError:
+            return False
 
 
 def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
@@ -87,6 +100,7 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
         "on_lease_expired",
         "timeout",
         "max_lease_lifetime",
+        "execution",
     }
     if unknown:
         raise LeasingConfigurationError(
@@ -121,6 +135,11 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
         raise LeasingConfigurationError(
             f"{work_type}: on_lease_expired must be 'retry' or 'fail', got {policy!r}."
         )
+    execution = options.get("execution")
+    if execution is not None and execution not in EXECUTION_MODES:
+        raise LeasingConfigurationError(
+            f"{work_type}: execution must be 'thread', 'process' or None, got {execution!r}."
+        )
     return HandlerSpec(
         work_type=work_type,
         func=func,
@@ -131,6 +150,7 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
         on_lease_expired=policy,
         timeout=timeout,
         max_lease_lifetime=lifetime,
+        execution=execution,
     )
 
 
@@ -233,6 +253,7 @@ def handler(
     on_lease_expired: ExpiryPolicy = "retry",
     timeout: float | None = None,
     max_lease_lifetime: float | None = None,
+    execution: ExecutionMode | None = None,
 ) -> Callable[[Callable[[WorkContext], Any]], Callable[[WorkContext], Any]]:
     """Register the decorated function as the handler of `work_type`."""
 
@@ -247,6 +268,7 @@ def handler(
             on_lease_expired=on_lease_expired,
             timeout=timeout,
             max_lease_lifetime=max_lease_lifetime,
+            execution=execution,
         )
         return func
 

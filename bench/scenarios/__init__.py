@@ -22,6 +22,7 @@ from bench.scenarios import (
     options,
     peers,
     pickup,
+    process_mode,
     recovery,
     signals,
     steady,
@@ -46,6 +47,7 @@ MODULES: dict[str, ModuleType] = {
     "recovery": recovery,
     "sweep": sweep,
     "heartbeat": heartbeat,
+    "process_mode": process_mode,
     "history": history,
 }
 SCENARIOS: tuple[str, ...] = tuple(MODULES)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from ..sql.terms import ClaimFilters
@@ -15,10 +16,12 @@ def due_within(seconds: float, filters: ClaimFilters, *, using: str = "default")
 
     # Blocked items are not due whatever their run_after (and the condition
     # keeps this a scan of the claim index).
+    # No run_after: due since its creation, as the claim reads it (sql.limits.AVAILABLE_AT).
     due = (
         WorkItem.objects.using(using)
         .pending()
-        .filter(dependencies_left=0, run_after__lte=Now() + timedelta(seconds=seconds))
+        .filter(dependencies_left=0)
+        .filter(Q(run_after__isnull=True) | Q(run_after__lte=Now() + timedelta(seconds=seconds)))
     )
     if filters.work_types is not None:
         due = due.filter(work_type__in=filters.work_types)

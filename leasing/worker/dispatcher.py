@@ -134,7 +134,10 @@ class Dispatcher:
 
     def _capacity(self, finishing: int) -> int:
         c = self.config
-        capacity = c.concurrency + self._prefetch - (len(self.slots) - finishing)
+        # An executor replacing its child (process execution) takes no run until it is done.
+        capacity = (
+            c.concurrency - self.pool.restarting() + self._prefetch - (len(self.slots) - finishing)
+        )
         if not self._prefetch:
             capacity = min(capacity, CLAIM_CHUNK)
         if c.max_items is not None:

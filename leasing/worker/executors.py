@@ -7,6 +7,11 @@ If an executor thread dies all the same, the dispatcher's `supervise()` hands
 its run's lease back and starts a new executor; an executor whose handler
 outlived its lease's deadline is retired the same way, so the process keeps
 `concurrency` executors that can work.
+
+A work type in `process` mode runs in the executor's child process
+(`leasing.worker.children`): the executor waits for its answer and stops the
+child when the run must stop, so such an executor is never retired for a
+stuck handler.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -24,6 +29,7 @@ from .. import validation
 from ..context import WorkContext
 from ..exceptions import Cancelled
 from ..sql.runner import close_connection
+from .children import START_TIMEOUT, Child, ChildAnswer, ChildProcessDied
 from .outcomes import Recorder
 from .slots import Slot, SlotState, SlotTable
 
@@ -45,12 +51,27 @@ class Executor(threading.Thread):
         self.retired = False
         self.last_used = time.monotonic()
         self.connection: BaseDatabaseWrapper | None = None
+        # Its child process, when the worker runs a type in `process` mode.
+        self.child: Child | None = pool.new_child(self.name)
+        # Waiting for its child's answer: the child, not the thread, is stopped.
+        self.in_child = False
+        # Set once it can take a run (its child started, or failed to).
+        self.ready = threading.Event()
+        # Its child is being replaced: the worker claims nothing for it meanwhile.
+        self.restarting = False
 
     def run(self) -> None:
         # This thread's connection wrapper, looked up once (a lookup per run
         # goes through asgiref's thread-local, a measurable share of a quick item).
         self.connection = connections[self.pool.using]
         try:
+            if self.child is not None:
+                # Started here, once: a child that cannot start fails its first run instead.
+                try:
+                    self.child.start()
+                except ChildProcessDied as exc:
+                    logger.error("%s: %s", self.name, exc)
+            self.ready.set()
             while not self.retired:
                 slot = self.pool.take()
                 if slot is None:
@@ -60,6 +81,8 @@ class Executor(threading.Thread):
                 self.slot = None
                 self.last_used = time.monotonic()
         finally:
+            if self.child is not None:
+                self.child.close(self.pool.process_stop_grace)
             close_connection(self.pool.using)
 
 
@@ -76,8 +99,17 @@ class ExecutorPool:
         on_output: Callable[[Slot, str | None], None],
         on_done: Callable[[Slot], None],
         stopping: Callable[[], bool],
+        executions: Mapping[str, str] | None = None,
+        process_max_items: int = 1000,
+        process_max_memory_mb: int = 1024,
+        process_stop_grace: float = 5.0,
     ) -> None:
         self.concurrency = concurrency
+        # Work type -> "thread" or "process"; a type not named runs in the thread.
+        self.executions = executions or {}
+        self.process_max_items = process_max_items
+        self.process_max_memory_mb = process_max_memory_mb
+        self.process_stop_grace = process_stop_grace
         self.using = using
         self.slots = slots
         self.recorder = recorder
@@ -93,10 +125,25 @@ class ExecutorPool:
         self.executors: list[Executor] = []
         self._started = 0
         self._lock = threading.Lock()
+        self._restarting = 0  # executors whose child is being replaced
 
     def start(self) -> None:
-        for _ in range(self.concurrency):
-            self._spawn()
+        """Start the executors; returns once each can take a run (its child started), so
+        the worker claims nothing that would wait out its timeout behind a starting child."""
+        executors = [self._spawn() for _ in range(self.concurrency)]
+        for executor in executors:
+            executor.ready.wait(START_TIMEOUT)
+
+    def new_child(self, name: str) -> Child | None:
+        """A child process for an executor, if any type runs in `process` mode."""
+        if "process" not in self.executions.values():
+            return None
+        return Child(
+            name=f"{name}-child",
+            using=self.using,
+            max_items=self.process_max_items,
+            max_memory_mb=self.process_max_memory_mb,
+        )
 
     def _spawn(self) -> Executor:
         with self._lock:
@@ -132,7 +179,15 @@ class ExecutorPool:
         return len(self._queued)
 
     def retire(self, executor: Executor, why: str) -> None:
-        """Stop counting on an executor (stuck or dead) and start another in its place."""
+        """Stop counting on an executor (stuck or dead) and start another in its place.
+
+        An executor waiting on its child is not stuck: it stops the child itself
+        (it sees its run abandoned) and carries on with a fresh one.
+        """
+        if executor.in_child and executor.is_alive():
+            logger.info("%s stops its child process: %s", executor.name, why)
+            self._set_restarting(executor, True)
+            return
         with self._lock:
             if executor.retired or executor not in self.executors:
                 return
@@ -140,6 +195,16 @@ class ExecutorPool:
             self.executors.remove(executor)
         logger.warning("replacing %s: %s", executor.name, why)
         self._spawn()
+
+    def restarting(self) -> int:
+        """Executors whose child is being replaced: a claim for them would wait for it."""
+        return self._restarting
+
+    def _set_restarting(self, executor: Executor, value: bool) -> None:
+        with self._lock:
+            if executor.restarting != value:
+                executor.restarting = value
+                self._restarting += 1 if value else -1
 
     def supervise(self) -> list[Slot]:
         """Replace executors that died; returns the runs they left behind (to hand back)."""
@@ -160,6 +225,11 @@ class ExecutorPool:
         with self._lock:
             executors = list(self.executors)
         self._put([None] * len(executors))
+        # Executors with a child close it on their way out: wait for that (bounded),
+        # so no child outlives the worker's shutdown.
+        for executor in executors:
+            if executor.child is not None:
+                executor.join(2 * self.process_stop_grace + 1.0)
 
     # --- one run ---------------------------------------------------------------------
 
@@ -183,8 +253,22 @@ class ExecutorPool:
                 raise Cancelled(
                     f"work item {slot.lease.work_item_id!r} was cancelled before it ran"
                 )
-            output = self._call(slot, context)
-            output_json = validation.payload("handler output", output)
+            if executor.child is not None and self.executions.get(slot.spec.work_type) == "process":
+                answer = self._call_in_child(executor, executor.child, slot, context)
+                if answer.stopped is not None:
+                    self._after_stop(executor, executor.child, slot, context, answer.stopped)
+                    return
+                if not executor.child.alive():  # recycled (or dead): replaced below
+                    self._set_restarting(executor, True)
+                if answer.error is not None:
+                    if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
+                        self._record_failure(slot, answer.error, answer.kind)
+                    self._replace_child(executor, executor.child)
+                    return
+                output_json = answer.output_json
+            else:
+                output = self._call(slot, context)
+                output_json = validation.payload("handler output", output)
         except BaseException as exc:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
                 self._record_failure(slot, exc)
@@ -193,10 +277,12 @@ class ExecutorPool:
             self.on_output(slot, output_json)
         # Otherwise the run was abandoned (it outlived its deadline or lost its
         # lease and was timed out): its ending is written already; drop the result.
+        if executor.child is not None:
+            self._replace_child(executor, executor.child)
 
-    def _record_failure(self, slot: Slot, exc: BaseException) -> None:
+    def _record_failure(self, slot: Slot, exc: BaseException, kind: str | None = None) -> None:
         try:
-            self.recorder.failure(slot, exc)
+            self.recorder.failure(slot, exc, kind)
         except Exception:  # a bug of ours must not kill the executor or strand the lease
             logger.exception("recording the failure of %s failed", slot.lease.work_item_id)
             self.recorder.hand_back(slot, "its failure could not be recorded")
@@ -206,6 +292,57 @@ class ExecutorPool:
     def _call(self, slot: Slot, context: WorkContext) -> object:
         # Its lease is kept by the process's renewer, by its type's mode.
         return slot.spec.func(context)
+
+    def _call_in_child(
+        self, executor: Executor, child: Child, slot: Slot, context: WorkContext
+    ) -> ChildAnswer:
+        executor.in_child = True
+        try:
+            return child.run(slot, context, self.process_stop_grace)
+        except ChildProcessDied as exc:  # it could not be started
+            return ChildAnswer(error=exc)
+        finally:
+            executor.in_child = False
+
+    def _after_stop(
+        self, executor: Executor, child: Child, slot: Slot, context: WorkContext, why: str
+    ) -> None:
+        """The worker stopped a run's child: end the run as its cause says, start a new child.
+
+        Timed out or handed back (the slot is abandoned): its ending is written
+        already. Lost lease: the item is its new holder's (or the sweep's);
+        nothing to write. Cancelled: it ends cancelled, as a cooperative run would.
+        """
+        logger.warning(
+            "stopped the child process running %s (token %d): %s",
+            slot.lease.work_item_id,
+            slot.lease.token,
+            why,
+        )
+        self._set_restarting(executor, True)  # before the slot is freed for a new claim
+        if context.lease_lost:
+            if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
+                self.recorder.counters.add(lost=1)
+                self.on_done(slot)
+        elif self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
+            self._record_failure(
+                slot,
+                Cancelled(
+                    f"work item {slot.lease.work_item_id!r} was asked to stop and its child "
+                    f"process was stopped ({why})"
+                ),
+            )
+        self._replace_child(executor, child)
+
+    def _replace_child(self, executor: Executor, child: Child) -> None:
+        """Start a child in place of one that ended (stopped, recycled, died), if it did."""
+        try:
+            if not child.alive() and not self.stopping():
+                child.start()
+        except ChildProcessDied as exc:  # the next run tries again, and fails if it cannot
+            logger.error("%s: %s", executor.name, exc)
+        finally:
+            self._set_restarting(executor, False)
 
     def _check_connection(self, executor: Executor) -> None:
         """Before a handler gets this thread's connection: drop it if the server did."""

@@ -16,8 +16,8 @@ from types import MappingProxyType
 
 from .. import validation
 from ..conf import MAX_PREFETCH, LeasingSettings, get_settings
-from ..exceptions import UnknownWorkType
-from ..handlers import HandlerRegistry, HandlerSpec
+from ..exceptions import InvalidInput, UnknownWorkType
+from ..handlers import EXECUTION_MODES, HandlerRegistry, HandlerSpec
 from ..handlers import registry as handler_registry
 from ..services.processes import new_process_id
 from ..sql.terms import ClaimFilters, LeaseTerms
@@ -44,6 +44,9 @@ class WorkerOptions:
     summary_interval: float = 60.0
     listen: bool = True
     using: str = "default"
+    # How handlers of types that do not choose (a handler's `execution`) run:
+    # "thread" or "process" (`runworker --execution`).
+    execution: str = "thread"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,11 @@ class WorkerConfig:
     heartbeat_max_failures: int
     extender_interval: float
     listen_database: str | None  # None: poll only
+    # Work type -> "thread" or "process": where its handler runs.
+    executions: Mapping[str, str]
+    process_max_items: int
+    process_max_memory_mb: int
+    process_stop_grace: float
 
     @property
     def heartbeat_interval(self) -> float:
@@ -99,6 +107,9 @@ def resolve(
     caps = {t: s.cap_seconds(conf.max_lease_lifetime) for t, s in specs.items()}
     task_id = options.task_id
     queues = tuple(validation.non_empty_text("queue", q) for q in options.queues)
+    if options.execution not in EXECUTION_MODES:
+        raise InvalidInput(f"execution must be 'thread' or 'process', got {options.execution!r}.")
+    executions = {t: s.execution or options.execution for t, s in specs.items()}
     listen_database = None
     if options.listen and conf.listen:
         listen_database = conf.listen_database or options.using
@@ -149,6 +160,10 @@ def resolve(
         heartbeat_max_failures=conf.heartbeat_max_failures,
         extender_interval=conf.extender_interval,
         listen_database=listen_database,
+        executions=MappingProxyType(executions),
+        process_max_items=conf.process_max_items,
+        process_max_memory_mb=conf.process_max_memory_mb,
+        process_stop_grace=conf.process_stop_grace,
     )
 
 

@@ -168,9 +168,12 @@ class Recorder:
                     )
                 time.sleep(min(0.05 * 2 ** min(failures, 6), RETRY_PAUSE_MAX))
 
-    def failure(self, slot: Slot, exc: BaseException) -> ReleaseOutcome | None:
-        """Record a handler's exception as its run's ending."""
-        kind = classify(exc)
+    def failure(
+        self, slot: Slot, exc: BaseException, kind: str | None = None
+    ) -> ReleaseOutcome | None:
+        """Record a handler's exception as its run's ending (`kind`: as `classify` put it
+        where it was raised, for an exception from a child process)."""
+        kind = kind or classify(exc)
         lease = slot.lease
         elapsed = slot.elapsed_ms()
         if kind == "interrupted":

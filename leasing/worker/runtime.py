@@ -92,6 +92,10 @@ class WorkerRuntime:
             on_output=lambda slot, output: self.dispatcher.on_output(slot, output),
             on_done=self._on_done,
             stopping=self._stop.is_set,
+            executions=config.executions,
+            process_max_items=config.process_max_items,
+            process_max_memory_mb=config.process_max_memory_mb,
+            process_stop_grace=config.process_stop_grace,
         )
         # The dispatcher frees the slots it completes itself: it claims into
         # them in the same round trip, so it needs no wake-up for them.

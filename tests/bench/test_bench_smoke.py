@@ -29,7 +29,8 @@ from tests.support.helpers import ROOT, database_url
 
 pytestmark = pytest.mark.postgres
 
-CORE = tuple(name for name in SCENARIOS if name != "peers")
+# peers and process_mode have tests of their own.
+CORE = tuple(name for name in SCENARIOS if name not in ("peers", "process_mode"))
 
 
 def _positive(value: Any) -> bool:
@@ -271,3 +272,14 @@ def test_quick_peers_drain_beside_runworker() -> None:
             assert run["waiting_at_start"] >= peers["items"], (name, run)
             assert run["finished"] > 0 and _positive(run["jobs_per_s"]), (name, run)
             assert _positive(run["ratio_ours_to_peer"]), (name, run)
+
+
+def test_quick_process_mode_beside_threads() -> None:
+    """Both modes drain every item of both kinds, and each reports its rate and cost."""
+    runs = _quick_bench(("process_mode",), timeout_s=600)["process_mode"]["runs"]
+    assert {(r["work"], r["execution"]) for r in runs} == {
+        (work, execution) for work in ("noop", "50ms") for execution in ("thread", "process")
+    }
+    for run in runs:
+        assert run["completed"] == run["items"] > 0, run
+        assert _positive(run["jobs_per_s"]) and _positive(run["client_cpu_us_per_job"]), run

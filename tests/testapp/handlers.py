@@ -244,3 +244,16 @@ def until_cancelled(ctx: WorkContext) -> Any:
             ctx.checkpoint("manual_checkpoint", {"stopping": True})  # raises Cancelled
         time.sleep(0.05)
     return {"ran_out": True}
+
+
+@handler("test.pid")
+def pid(ctx: WorkContext) -> Any:
+    """Returns the pid of the process it ran in (no `execution` option: the worker's choice)."""
+    return {"pid": os.getpid()}
+
+
+# A worker serving a process-mode type starts a child process per executor, so the
+# types of tests/process/test_process_mode.py are registered only in the workers of
+# those tests (the variable reaches their children too).
+if os.environ.get("LEASING_TEST_PROCESS_HANDLERS") == "1":
+    from tests.testapp import process_handlers  # noqa: F401

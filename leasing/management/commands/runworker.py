@@ -71,6 +71,15 @@ class Command(LeasingCommand):
             "Default: every type with a handler.",
         )
         parser.add_argument(
+            "--execution",
+            choices=("thread", "process"),
+            default="thread",
+            help="Where handlers run, for types whose handler does not choose: 'thread' "
+            "(default; I/O-bound work) or 'process', a child process per thread that the "
+            "worker can stop at a timeout, a cancel or a lost lease (CPU-bound work, code "
+            "that may hang). See docs/how-to/execution-modes.md.",
+        )
+        parser.add_argument(
             "--burst",
             action="store_true",
             help="Exit when nothing is claimable and all is done: a batch job, or cron.",
@@ -105,6 +114,7 @@ class Command(LeasingCommand):
                     max_items=options["max_items"],
                     burst=options["burst"],
                     worker_id=options["worker_id"],
+                    execution=options["execution"],
                 )
             )
         except (InvalidInput, LeasingConfigurationError) as exc:
