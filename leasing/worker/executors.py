@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .. import validation
+from .. import tracing, validation
 from ..context import WorkContext
 from ..exceptions import Cancelled
 from ..sql.runner import close_connection
@@ -183,7 +183,7 @@ class ExecutorPool:
                 raise Cancelled(
                     f"work item {slot.lease.work_item_id!r} was cancelled before it ran"
                 )
-            output = self._call(slot, context)
+            output = tracing.run(self._call, slot, context)
             output_json = validation.payload("handler output", output)
         except BaseException as exc:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
