@@ -217,3 +217,30 @@ def test_run_once_outside_a_handler_says_whether_it_ran(tracing_on, spans):
         True,
         False,
     ]
+
+
+# --- the console ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_item_page_shows_the_trace_id_linked_by_trace_url(
+    leasing_settings, spans, viewer_client
+):
+    from tests.support.admin import change_url
+
+    leasing_settings(TRACING=True)
+    traced = leasing.enqueue("t", "test.noop")
+    trace_id = traced.trace_context["traceparent"].split("-")[1]
+    html = viewer_client.get(change_url(traced.pk)).content.decode()
+    assert f"<code>{trace_id}</code>" in html
+    assert "https://jaeger" not in html
+
+    leasing_settings(TRACING=True, TRACE_URL="https://jaeger.example/trace/{trace_id}")
+    html = viewer_client.get(change_url(traced.pk)).content.decode()
+    assert f'<a href="https://jaeger.example/trace/{trace_id}" rel="noopener">' in html
+
+    leasing_settings(TRACING=False)
+    untraced = leasing.enqueue("u", "test.noop")
+    response = viewer_client.get(change_url(untraced.pk))
+    assert response.status_code == 200
+    assert "Tracing" not in response.content.decode()

@@ -71,3 +71,38 @@ def test_a_worker_with_tracing_off_imports_nothing_from_opentelemetry(spawn):
     assert proc.returncode == 0, err
     report = json.loads(out.strip().splitlines()[-1])
     assert report == {"status": "completed", "opentelemetry": []}
+
+
+def test_a_cancelled_run_ends_cancelled_in_its_trace(spawn, tmp_path, leasing_settings):
+    from leasing import cancel, enqueue
+    from tests.support.helpers import row, wait_for
+
+    leasing_settings(TRACING=True)
+    record, trace_file = tmp_path / "runs.txt", tmp_path / "spans.jsonl"
+    item = enqueue("c", "test.until_cancelled", {"seconds": 60})
+    proc = spawn(
+        "manage.py",
+        "runworker",
+        env={
+            "LEASING_TEST_RECORD": str(record),
+            TRACE_FILE_ENV: str(trace_file),
+            **leasing_env(HEARTBEAT_INTERVAL=0.5, LEASE_DURATION=30),
+        },
+    )
+    try:
+        wait_for(lambda: record.exists() and "start" in record.read_text())
+        cancel(item.pk, actor="ops", reason="stop it")
+        wait_for(lambda: row(item.pk)["status"] == "cancelled", timeout=10)
+        wait_for(
+            lambda: any(s["name"] == "settle default" for s in read_trace_file(str(trace_file)))
+        )
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    spans = read_trace_file(str(trace_file))
+    run = next(s for s in spans if s["name"] == "process default")
+    settle = next(s for s in spans if s["name"] == "settle default")
+    assert run["status"] == "ERROR"  # the handler's checkpoint raised Cancelled
+    assert settle["parent_id"] == run["span_id"]
+    assert settle["attributes"]["leasing.ending"] == "cancelled"
+    assert settle["events"] == ["leasing.cancelled"]
