@@ -27,6 +27,7 @@ from bench.scenarios import (
     steady,
     sweep,
     throughput,
+    tracing,
 )
 
 MODULES: dict[str, ModuleType] = {
@@ -35,6 +36,7 @@ MODULES: dict[str, ModuleType] = {
     "ceiling": ceiling,
     "options": options,
     "signals": signals,
+    "tracing": tracing,
     "burst": burst,
     "fairstart": fairstart,
     "longrun": longrun,
