@@ -6,12 +6,13 @@
 Spans (the OpenTelemetry messaging conventions; `messaging.system` is "leasing",
 the destination is the queue, the message id the work item id):
 
-    send {queue}       PRODUCER  enqueue() / enqueue_many(): one span a batch
-    receive {queue}    CLIENT    the claim: from the database's claim time to the worker's
-    process {queue}    CONSUMER  the handler's run (attempt, lease token, work type)
-    checkpoint         INTERNAL  each create_checkpoint() (ctx.checkpoint())
-    run_once           INTERNAL  each run_once(), saying whether it ran or replayed
-    settle {queue}     CLIENT    the ending: completed, failed, retry or cancelled
+    span name        kind      messaging.operation.type
+    enqueue {queue}  PRODUCER  send      enqueue() / enqueue_many(): one span a batch
+    claim {queue}    CLIENT    receive   from the database's claim time to the worker's receipt
+    run {queue}      CONSUMER  process   the handler's run (attempt, lease token, work type)
+    checkpoint       INTERNAL  -         each create_checkpoint() (ctx.checkpoint())
+    run_once         INTERNAL  -         each run_once(), saying whether its function ran
+    settle {queue}   CLIENT    settle    the ending: completed, failed, retry or cancelled
 
 The enqueuer's trace context (W3C traceparent and tracestate) is stored with
 the item (`WorkItem.trace_context`) in the enqueue's transaction; the run's
@@ -154,7 +155,9 @@ def enqueue(
     if len(specs) > 1:
         attributes["messaging.batch.message_count"] = len(specs)
     kind = api.trace.SpanKind.PRODUCER
-    with api.tracer.start_as_current_span(_name("send", queue), kind=kind, attributes=attributes):
+    with api.tracer.start_as_current_span(
+        _name("enqueue", queue), kind=kind, attributes=attributes
+    ):
         carrier: dict[str, str] = {}
         api.propagate.inject(carrier)
         with transaction.atomic(using=using):
@@ -231,7 +234,7 @@ def _traced_run[R](call: Callable[[Slot, WorkContext], R], slot: Slot, context: 
     # (clocks apart by a little are clamped: the span never ends before it starts).
     received = time.time_ns() - int((time.monotonic() - slot.claimed_at) * 1e9)
     claim = api.tracer.start_span(
-        _name("receive", lease.queue_name),
+        _name("claim", lease.queue_name),
         context=parent,
         kind=trace.SpanKind.CLIENT,
         links=links,
@@ -255,7 +258,7 @@ def _traced_run[R](call: Callable[[Slot, WorkContext], R], slot: Slot, context: 
         "leasing.worker.id": lease.worker_id,
     }
     span = api.tracer.start_span(
-        _name("process", lease.queue_name),
+        _name("run", lease.queue_name),
         context=parent,
         kind=trace.SpanKind.CONSUMER,
         links=links,
@@ -329,7 +332,7 @@ def _on_released(
         {
             "messaging.message.id": work_item_id,
             "messaging.operation.type": "settle",
-            "messaging.operation.name": ending,
+            "messaging.operation.name": "settle",
             "leasing.lease.token": token,
             "leasing.ending": ending,
         }

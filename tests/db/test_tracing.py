@@ -61,8 +61,8 @@ def test_enqueue_stores_its_producer_spans_context_with_the_item(tracing_on, spa
     with tracer().start_as_current_span("request") as request:
         item = leasing.enqueue("t1", "test.noop", queue_name="mail")
 
-    send = one(spans(), "send")
-    assert send["name"] == "send mail"
+    send = one(spans(), "enqueue")
+    assert send["name"] == "enqueue mail"
     assert send["kind"] == "PRODUCER"
     assert send["parent_id"] == f"{request.get_span_context().span_id:016x}"
     assert send["attributes"]["messaging.system"] == "leasing"
@@ -86,7 +86,7 @@ def test_a_batch_is_one_span_and_a_duplicate_keeps_its_first_enqueuers_context(t
     )
     assert items[0].duplicate and items[0].pk == first.pk
     assert WorkItem.objects.get(pk=first.pk).trace_context == stored
-    batch = named(spans(), "send")[-1]
+    batch = named(spans(), "enqueue")[-1]
     assert batch["attributes"]["messaging.batch.message_count"] == 2
     assert (
         WorkItem.objects.get(pk=items[1].pk).trace_context["traceparent"].split("-")[2]
@@ -111,7 +111,7 @@ def test_one_trace_from_the_enqueuing_view_to_the_run_its_checkpoints_and_its_en
     trace_id = f"{request.get_span_context().trace_id:032x}"
     assert {r["trace_id"] for r in records if r["name"] != "POST /traced/"} == {trace_id}
     by_id = {r["span_id"]: r for r in records}
-    send, claim, run = one(records, "send"), one(records, "receive"), one(records, "process")
+    send, claim, run = one(records, "enqueue"), one(records, "claim"), one(records, "run")
     assert by_id[send["parent_id"]]["name"] == "POST /traced/"
     assert claim["parent_id"] == send["span_id"] == run["parent_id"]
     assert run["kind"] == "CONSUMER"
@@ -140,13 +140,13 @@ def test_a_failed_attempt_ends_retry_and_its_retry_replays_run_once(tracing_on, 
     burst()
 
     records = spans()
-    runs = named(records, "process")
+    runs = named(records, "run")
     assert [r["attributes"]["leasing.attempt"] for r in runs] == [1, 2]
     assert runs[0]["status"] == "ERROR" and runs[1]["status"] == "UNSET"
     endings = {r["parent_id"]: r["attributes"]["leasing.ending"] for r in named(records, "settle")}
     assert endings == {runs[0]["span_id"]: "retry", runs[1]["span_id"]: "completed"}
     # Both runs continue the one enqueue's trace.
-    assert {r["trace_id"] for r in records} == {one(records, "send")["trace_id"]}
+    assert {r["trace_id"] for r in records} == {one(records, "enqueue")["trace_id"]}
     assert [r["attributes"]["leasing.run_once.ran"] for r in named(records, "run_once")] == [
         True,
         False,
@@ -160,7 +160,7 @@ def test_a_run_that_fails_for_good_ends_failed(tracing_on, spans):
     burst()
 
     records = spans()
-    run = one(records, "process")
+    run = one(records, "run")
     assert run["status"] == "ERROR"
     assert "exception" in run["events"]
     assert one(records, "settle")["attributes"]["leasing.ending"] == "failed"
@@ -173,7 +173,7 @@ def test_link_mode_starts_a_trace_per_run_linked_to_the_enqueuer(leasing_setting
     burst()
 
     records = spans()
-    send, run = one(records, "send"), one(records, "process")
+    send, run = one(records, "enqueue"), one(records, "run")
     assert run["parent_id"] is None
     assert run["trace_id"] != send["trace_id"]
     assert run["links"] == [f"{send['trace_id']}-{send['span_id']}"]
@@ -190,7 +190,7 @@ def test_an_unreadable_stored_context_leaves_the_run_untraced_by_its_enqueuer(
     leasing_settings(TRACING=True, **FAST_POLL)
     burst()
 
-    run = one(spans(), "process")
+    run = one(spans(), "run")
     assert run["parent_id"] is None and run["links"] == []
     assert WorkItem.objects.get(pk=item.pk).status == "completed"
 

@@ -31,7 +31,9 @@ def test_a_worker_process_continues_the_trace_of_the_view_that_enqueued(
     ):
         response = client.post("/traced/", {"task_id": "proc"}, content_type="application/json")
     item_id = response.json()["work_item_id"]
-    send = next(span_record(s) for s in exporter.get_finished_spans() if s.name == "send default")
+    send = next(
+        span_record(s) for s in exporter.get_finished_spans() if s.name == "enqueue default"
+    )
 
     trace_file = tmp_path / "spans.jsonl"
     proc = spawn(
@@ -49,14 +51,14 @@ def test_a_worker_process_continues_the_trace_of_the_view_that_enqueued(
     assert names == [
         "checkpoint",
         "checkpoint",
-        "process default",
-        "receive default",
+        "claim default",
+        "run default",
         "run_once",
         "settle default",
     ]
     trace_id = f"{request.get_span_context().trace_id:032x}"
     assert {s["trace_id"] for s in spans} == {trace_id}
-    run = next(s for s in spans if s["name"] == "process default")
+    run = next(s for s in spans if s["name"] == "run default")
     assert run["parent_id"] == send["span_id"]
     assert run["attributes"]["messaging.message.id"] == item_id
     for child in (s for s in spans if s["name"] in ("checkpoint", "run_once", "settle default")):
@@ -100,7 +102,7 @@ def test_a_cancelled_run_ends_cancelled_in_its_trace(spawn, tmp_path, leasing_se
         proc.terminate()
         proc.communicate(timeout=30)
     spans = read_trace_file(str(trace_file))
-    run = next(s for s in spans if s["name"] == "process default")
+    run = next(s for s in spans if s["name"] == "run default")
     settle = next(s for s in spans if s["name"] == "settle default")
     assert run["status"] == "ERROR"  # the handler's checkpoint raised Cancelled
     assert settle["parent_id"] == run["span_id"]
