@@ -194,23 +194,11 @@ def run[R](call: Callable[[Slot, WorkContext], R], slot: Slot, context: WorkCont
     return _traced_run(call, slot, context)
 
 
-def _stored_context(using: str, work_item_id: str) -> dict[str, str] | None:
-    """The enqueuer's trace context; None if there is none or it cannot be read."""
-    from .models import WorkItem
-
-    try:
-        found = (
-            WorkItem.objects.using(using)
-            .filter(work_item_id=work_item_id)
-            .values_list("trace_context", flat=True)
-            .first()
-        )
-    except Exception:  # the run goes on untraced by its enqueuer: the handler will meet the error
-        logger.warning("reading the trace context of %s failed", work_item_id, exc_info=True)
+def _stored_context(stored: Any) -> dict[str, str] | None:
+    """The enqueuer's trace context as the claim returned it; None if there is none."""
+    if not isinstance(stored, dict):
         return None
-    if not isinstance(found, dict):
-        return None
-    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
+    return {k: v for k, v in stored.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _ns(moment: datetime) -> int:
@@ -219,9 +207,30 @@ def _ns(moment: datetime) -> int:
 
 def _traced_run[R](call: Callable[[Slot, WorkContext], R], slot: Slot, context: WorkContext) -> R:
     api = _api_or_fail()
+    try:
+        span = _start_run(api, slot)
+        token = api.context.attach(api.trace.set_span_in_context(span))
+    except Exception:  # a bug of ours (or the SDK's) must not fail the work
+        logger.exception("tracing the run of %s failed; it runs untraced", slot.lease.work_item_id)
+        return call(slot, context)
+    try:
+        return call(slot, context)
+    except BaseException as exc:
+        span.record_exception(exc)
+        span.set_status(
+            api.trace.Status(api.trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
+        )
+        raise
+    finally:
+        api.context.detach(token)
+        span.end()
+
+
+def _start_run(api: _Api, slot: Slot) -> Any:
+    """The claim span (ended) and the run span (started) of a slot's run."""
     trace = api.trace
     lease = slot.lease
-    carrier = _stored_context(context.using, lease.work_item_id)
+    carrier = _stored_context(lease.trace_context)
     enqueuer = api.propagate.extract(carrier) if carrier else api.context.Context()
     enqueued = trace.get_current_span(enqueuer).get_span_context()
     links = [trace.Link(enqueued)] if enqueued.is_valid else []
@@ -265,16 +274,7 @@ def _traced_run[R](call: Callable[[Slot, WorkContext], R], slot: Slot, context: 
         attributes=attributes,
     )
     _remember(lease.work_item_id, lease.token, span.get_span_context(), lease.queue_name)
-    token = api.context.attach(trace.set_span_in_context(span))
-    try:
-        return call(slot, context)
-    except BaseException as exc:
-        span.record_exception(exc)
-        span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        raise
-    finally:
-        api.context.detach(token)
-        span.end()
+    return span
 
 
 class _Run:

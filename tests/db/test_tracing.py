@@ -244,3 +244,19 @@ def test_the_item_page_shows_the_trace_id_linked_by_trace_url(
     response = viewer_client.get(change_url(untraced.pk))
     assert response.status_code == 200
     assert "Tracing" not in response.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failure_to_trace_a_run_does_not_fail_the_run(tracing_on, spans, monkeypatch, caplog):
+    from leasing import tracing
+
+    def broken(api, slot):
+        raise RuntimeError("an exporter's bug")
+
+    monkeypatch.setattr(tracing, "_start_run", broken)
+    item = leasing.enqueue("broken", "test.echo")
+    burst()
+
+    assert WorkItem.objects.get(pk=item.pk).status == "completed"
+    assert named(spans(), "run") == []
+    assert "runs untraced" in caplog.text
