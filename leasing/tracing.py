@@ -15,13 +15,14 @@ the destination is the queue, the message id the work item id):
     settle {queue}   CLIENT    settle    the ending: completed, failed, retry or cancelled
 
 The enqueuer's trace context (W3C traceparent and tracestate) is stored with
-the item (`WorkItem.trace_context`) in the enqueue's transaction; the run's
-spans continue that trace (`TRACING = "link"`: a trace of their own) and link
+the item (`WorkItem.trace_context`) in the enqueue's transaction, and the
+claim returns it with the lease (`Lease.trace_context`); the run's spans
+continue that trace (`TRACING = "link"`: a trace of their own) and link
 to it. Why this differs from River's otelriver: docs/how-to/tracing.md.
 
 Off (the default) or without opentelemetry installed, nothing here imports
 opentelemetry, and each hook costs one settings lookup. Nothing here fails
-the work it traces: a trace context that cannot be read is logged and skipped.
+the work it traces: a run whose spans cannot be made runs untraced.
 """
 
 from __future__ import annotations
