@@ -260,3 +260,16 @@ def test_a_failure_to_trace_a_run_does_not_fail_the_run(tracing_on, spans, monke
     assert WorkItem.objects.get(pk=item.pk).status == "completed"
     assert named(spans(), "run") == []
     assert "runs untraced" in caplog.text
+
+
+@pytest.mark.django_db
+def test_a_refused_batch_writes_nothing_and_its_span_says_why(tracing_on, spans):
+    from leasing.exceptions import InvalidInput
+
+    with pytest.raises(InvalidInput, match="item 1"):
+        leasing.enqueue_many(
+            [{"task_id": "ok", "work_type": "test.noop"}, {"task_id": "bad", "work_type": ""}]
+        )
+    assert not WorkItem.objects.exists()
+    send = one(spans(), "enqueue")
+    assert send["status"] == "ERROR" and "exception" in send["events"]
