@@ -74,7 +74,7 @@ def run(bench: Bench) -> dict[str, Any]:
             on.append(drain_runworker(bench, WORKERS, m, env=traced_env))
         progress(f"    {on[-1]['jobs_per_s']} jobs/s")
     traced = bench.one("SELECT count(*) FROM work_items WHERE trace_context IS NOT NULL")
-    k = max(100, m // 10)
+    k = max(100, m // 50)
     enqueue_off = _enqueue_us(bench, k)
     with _traced_here():
         enqueue_on = _enqueue_us(bench, k)
