@@ -148,8 +148,12 @@ def enqueue(
     worker never claims an item before its trace context is there.
     """
     api = _api_or_fail()
-    queues = {spec.get("queue_name", "default") for spec in specs if isinstance(spec, Mapping)}
-    queue = next(iter(queues)) if len(queues) == 1 and isinstance(next(iter(queues)), str) else None
+    # The batch's queue when it has one; the specs are not validated yet (`insert` does it).
+    names = [
+        spec.get("queue_name", "default") if isinstance(spec, Mapping) else None for spec in specs
+    ]
+    first = names[0]
+    queue = first if isinstance(first, str) and all(name == first for name in names) else None
     attributes = _base(queue)
     attributes["messaging.operation.type"] = "send"
     attributes["messaging.operation.name"] = "enqueue"

@@ -273,3 +273,6 @@ def test_a_refused_batch_writes_nothing_and_its_span_says_why(tracing_on, spans)
     assert not WorkItem.objects.exists()
     send = one(spans(), "enqueue")
     assert send["status"] == "ERROR" and "exception" in send["events"]
+    # Input the span reads before validation is refused by validation, not by the tracing.
+    with pytest.raises(InvalidInput, match="queue_name"):
+        leasing.enqueue("bad", "test.noop", queue_name=["a list"])
