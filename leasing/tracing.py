@@ -145,7 +145,10 @@ def enqueue(
     """`insert(using, specs)` under a producer span, storing its context with the new items.
 
     The items and their trace context are written in one transaction, so a
-    worker never claims an item before its trace context is there.
+    worker never claims an item before its trace context is there. The context
+    is one UPDATE after the insert rather than a column of it: every insert
+    path (the bulk INSERT, the COPY, unique keys and dependencies) stays as it
+    is, and untraced enqueues pay nothing.
     """
     api = _api_or_fail()
     # The batch's queue when it has one; the specs are not validated yet (`insert` does it).
