@@ -16,3 +16,10 @@ INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]  # noqa: F405
 # say LEASING_BENCH_SETTINGS='{"PREFETCH": 0}'.
 if os.environ.get("LEASING_BENCH_SETTINGS"):
     LEASING = {**LEASING, **json.loads(os.environ["LEASING_BENCH_SETTINGS"])}  # noqa: F405
+
+# The `tracing` scenario's traced workers: LEASING["TRACING"] on, an SDK that drops its spans.
+if os.environ.get("BENCH_TRACING") == "1":
+    from bench.benchapp.tracing import install_sdk
+
+    LEASING = {**LEASING, "TRACING": True}
+    install_sdk()

@@ -16,6 +16,7 @@ W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
 W004  a heartbeat interval (the default or a work type's) is not below STALE_HEARTBEAT
 W005  settings.LEASING sets a key this release no longer reads (RETRY_JITTER)
+W010  LEASING["TRACING"] is on but opentelemetry-api is not installed (nothing is traced)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections, router
 
+from . import tracing
 from .conf import RETIRED, LeasingSettings, read_settings, retired_keys
 from .exceptions import LeasingConfigurationError
 from .handlers import HandlerSpec, registry
@@ -115,6 +117,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 "before it is recovered.",
                 hint="The rule of thumb is a fifth of the lease duration.",
                 id="leasing.W003",
+            )
+        )
+    if conf.tracing and not tracing.installed():
+        messages.append(
+            checks.Warning(
+                "LEASING['TRACING'] is on but opentelemetry-api is not installed: work runs "
+                "untraced and no trace context is stored with new items.",
+                hint="pip install 'django-leasing[otel]' (and an OpenTelemetry SDK and "
+                "exporter), or set LEASING['TRACING'] = False.",
+                id="leasing.W010",
             )
         )
     known = ", ".join(repr(alias) for alias in settings.DATABASES) or "none"

@@ -115,6 +115,15 @@ class LeasingSettings:
     #: Bearer token that lets Prometheus scrape /metrics; None: staff sessions only.
     metrics_token: str | None = None
 
+    # Tracing
+    #: OpenTelemetry spans for enqueue, claim, run, checkpoints, `run_once` and endings, the run
+    #: continuing the enqueuer's trace (needs the `otel` extra; leasing.W010). `"link"`: each run
+    #: starts a trace of its own, linked to the enqueuer's. False: nothing is traced or imported.
+    tracing: bool | str = False
+    #: The console's link from an item to its trace, e.g. `"https://jaeger/trace/{trace_id}"`;
+    #: None: the item page shows the trace id only.
+    trace_url: str | None = None
+
     # Tuning
     #: Failed renewals in a row (database unreachable) after which the worker gives the lease up
     #: and tells the handler, rather than run on under a lease it can no longer keep.
@@ -243,6 +252,12 @@ def _check_value(name: str, value: Any) -> Any:
         if value is not None and (not isinstance(value, str) or not value):
             raise LeasingConfigurationError(f"{key} must be a database alias or None.")
         return value
+    if name == "tracing":
+        if value not in (True, False, "link") or type(value) not in (bool, str):
+            raise LeasingConfigurationError(f"{key} must be True, False or 'link', got {value!r}.")
+        return value
+    if name == "trace_url":
+        return None if value is None else _trace_url(key, value)
     if name == "metrics_token":
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise LeasingConfigurationError(f"{key} must be a non-empty string or None.")
@@ -250,6 +265,22 @@ def _check_value(name: str, value: Any) -> Any:
             _text(key, value)
         return value
     raise AssertionError(f"no validator for {name}")  # pragma: no cover
+
+
+def _trace_url(key: str, value: Any) -> str:
+    """A link template with a `{trace_id}` placeholder and no other."""
+    if not isinstance(value, str) or "{trace_id}" not in value:
+        raise LeasingConfigurationError(
+            f"{key} must be a URL with a {{trace_id}} placeholder or None, got {value!r}."
+        )
+    try:
+        value.format(trace_id="0" * 32)
+    except (KeyError, IndexError, ValueError):
+        raise LeasingConfigurationError(
+            f"{key} may hold no placeholder but {{trace_id}} (write a literal brace twice), "
+            f"got {value!r}."
+        ) from None
+    return _text(key, value)
 
 
 def _text(key: str, value: str) -> str:

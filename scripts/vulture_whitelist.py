@@ -25,6 +25,7 @@ _.check_schedules
 _.check_database
 _.app_configs  # the keyword Django passes every check function
 _._reload_on_change  # conf.py: @receiver(setting_changed)
+_._tracing_changed  # tracing.py: @receiver(setting_changed)
 _.app_name  # urls.py: the URL namespace
 _.urlpatterns
 

@@ -18,3 +18,11 @@ LEASING = {**LEASING, "ALLOW_UNREGISTERED_TYPES": True}  # noqa: F405
 # (say the concurrency limits): LEASING_TEST_SETTINGS='{"QUEUE_LIMITS": {"q": 3}}'.
 if os.environ.get("LEASING_TEST_SETTINGS"):
     LEASING = {**LEASING, **json.loads(os.environ["LEASING_TEST_SETTINGS"])}
+
+# A worker subprocess of the tracing tests traces with OpenTelemetry's SDK and appends its
+# spans to this file (tests/support/tracing.py).
+if os.environ.get("LEASING_TEST_TRACE_FILE"):
+    from tests.support.tracing import install_file_exporter
+
+    LEASING = {**LEASING, "TRACING": True}
+    install_file_exporter(os.environ["LEASING_TEST_TRACE_FILE"])

@@ -28,6 +28,7 @@ from bench.scenarios import (
     steady,
     sweep,
     throughput,
+    tracing,
 )
 
 MODULES: dict[str, ModuleType] = {
@@ -36,6 +37,7 @@ MODULES: dict[str, ModuleType] = {
     "ceiling": ceiling,
     "options": options,
     "signals": signals,
+    "tracing": tracing,
     "burst": burst,
     "fairstart": fairstart,
     "longrun": longrun,

@@ -30,7 +30,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
-from ..conf import read_alias
+from .. import tracing
+from ..conf import get_settings, read_alias
+from ..console.durations import EMPTY
 from ..console.failures import item_failures
 from ..models import Checkpoint, IdempotencyKey, WorkItem, WorkItemStatus
 from . import actions, display, views
@@ -90,7 +92,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
         # `db_now` is the database clock for the lease columns; payloads are
         # not loaded unless a page shows them.
         items: QuerySet[WorkItem] = super().get_queryset(request)
-        return items.annotate(db_now=Now()).defer("input_data", "output_data")
+        return items.annotate(db_now=Now()).defer("input_data", "output_data", "trace_context")
 
     # --- columns ---
 
@@ -157,11 +159,14 @@ class WorkItemAdmin(ReadOnlyAdmin):
         "heartbeat_age",
         "last_progress",
         "retries",
+        "trace",
     )
     payload_fields = ("input_payload", "output_payload")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         fieldsets = list(self.fieldsets)
+        if obj is not None and tracing.trace_id(obj.trace_context) is not None:
+            fieldsets.append(("Tracing", {"fields": ("trace",)}))
         if display.payloads_visible(request.user):
             fieldsets.append(("Payload", {"fields": self.payload_fields}))
         return fieldsets
@@ -171,6 +176,21 @@ class WorkItemAdmin(ReadOnlyAdmin):
         if display.payloads_visible(request.user):
             fields += self.payload_fields
         return fields
+
+    @admin.display(description="trace")
+    def trace(self, obj: WorkItem) -> SafeString | str:
+        """The enqueuer's trace id (its runs continue that trace), linked by TRACE_URL."""
+        trace_id = tracing.trace_id(obj.trace_context)
+        if trace_id is None:
+            return EMPTY
+        template = get_settings().trace_url
+        if template is None:
+            return format_html("<code>{}</code>", trace_id)
+        return format_html(
+            '<a href="{}" rel="noopener"><code>{}</code></a>',
+            template.format(trace_id=trace_id),
+            trace_id,
+        )
 
     input_payload = display.payload_column("input_data", "input data")
     output_payload = display.payload_column("output_data", "output data")

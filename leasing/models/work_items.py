@@ -216,6 +216,14 @@ class WorkItem(models.Model):
     on_dependency_failure = models.TextField(
         null=True, blank=True, choices=DependencyFailure.choices
     )
+    # The W3C trace context (traceparent, tracestate) of the code that enqueued the item,
+    # when LEASING["TRACING"] is on (leasing.tracing): its run's span continues that trace.
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The enqueuer's W3C trace context, when tracing was on.",
+    )
 
     # Not a column: `enqueue()` and `enqueue_many()` set it to True on an
     # existing item they return because it holds the unique key asked for.

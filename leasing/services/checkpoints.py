@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from .. import validation
+from .. import tracing, validation
 from ..exceptions import InvalidInput, LeaseLostError, WorkItemNotFound
 from ..ids import new_ulid
 from ..sql import checkpoints as sql
@@ -58,6 +58,7 @@ def _item_id(work_item: WorkItem | str | None) -> str | None:
     return validation.non_empty_text("work_item", work_item)
 
 
+@tracing.traced_checkpoint
 def create_checkpoint(
     task_id: str,
     checkpoint_type: str,

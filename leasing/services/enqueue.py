@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import signals
 from django.db.models.base import ModelState
 
-from .. import validation
+from .. import tracing, validation
 from ..conf import get_settings
 from ..exceptions import InvalidInput, UnknownWorkType
 from ..handlers import registry as handlers
@@ -215,6 +215,12 @@ def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") 
     specs = list(items)
     if not specs:
         return []
+    if tracing.enabled():
+        return tracing.enqueue(using, specs, _enqueue_specs)
+    return _enqueue_specs(using, specs)
+
+
+def _enqueue_specs(using: str, specs: list[Any]) -> list[WorkItem]:
     ids = new_ulids(len(specs))
     if _streamed(using, specs):
         return _copy_while_validating(using, specs, ids)

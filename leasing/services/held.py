@@ -46,6 +46,8 @@ class Lease(NamedTuple):
     max_retries: int
     interruptions: int
     created_at: datetime
+    # The enqueuer's W3C trace context when tracing was on (leasing.tracing), else None.
+    trace_context: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -115,6 +117,7 @@ def leases_from_rows(rows: Sequence[Sequence[Any]], worker_id: str) -> list[Leas
             r[11],
             r[12],
             r[13],
+            None if r[14] is None else load_json(r[14]),
         )
         for r in rows
     ]

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 from django.db.transaction import TransactionManagementError
 
-from .. import validation
+from .. import tracing, validation
 from ..conf import get_settings
 from ..exceptions import (
     IdempotencyConflict,
@@ -127,6 +127,7 @@ def _ensure_outside_transaction(using: str) -> None:
         )
 
 
+@tracing.traced_run_once
 def run_once(
     key: str,
     request: Any,

@@ -54,6 +54,7 @@ LEASE_COLUMNS = (
     "max_retries",
     "interruptions",
     "created_at",
+    "trace_context",
 )
 
 NO_LIMITS = Limits()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .. import validation
+from .. import tracing, validation
 from ..context import WorkContext
 from ..exceptions import Cancelled
 from ..sql.runner import close_connection
@@ -267,7 +267,7 @@ class ExecutorPool:
                     return
                 output_json = answer.output_json
             else:
-                output = self._call(slot, context)
+                output = tracing.run(self._call, slot, context)
                 output_json = validation.payload("handler output", output)
         except BaseException as exc:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):

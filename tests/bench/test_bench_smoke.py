@@ -283,3 +283,15 @@ def test_quick_process_mode_beside_threads() -> None:
     for run in runs:
         assert run["completed"] == run["items"] > 0, run
         assert _positive(run["jobs_per_s"]) and _positive(run["client_cpu_us_per_job"]), run
+
+
+def test_quick_tracing_drains_with_tracing_off_and_on() -> None:
+    tracing = _quick_bench(("tracing",), timeout_s=600)["tracing"]
+    assert tracing["workers"] == 1
+    for run in tracing["off"] + tracing["on"]:
+        _drained(run)
+    assert len(tracing["off"]) == len(tracing["on"]) == tracing["repeats"]
+    # The traced drain's items carried their enqueuer's trace context.
+    assert tracing["traced_items"] == tracing["items"]
+    assert _positive(tracing["jobs_per_s_on"]) and isinstance(tracing["worker_cost"], float)
+    assert _positive(tracing["enqueue_us_off"]) and _positive(tracing["enqueue_us_on"])

@@ -18,7 +18,15 @@ import pkgutil
 import sys
 from typing import Any
 
-OPTIONAL = ("psycopg", "psycopg2", "django_q", "prometheus_client", "dj_database_url", "cronsim")
+OPTIONAL = (
+    "psycopg",
+    "psycopg2",
+    "django_q",
+    "prometheus_client",
+    "dj_database_url",
+    "cronsim",
+    "opentelemetry",
+)
 
 
 class BlockOptional(importlib.abc.MetaPathFinder):

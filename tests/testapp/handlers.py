@@ -246,6 +246,18 @@ def until_cancelled(ctx: WorkContext) -> Any:
     return {"ran_out": True}
 
 
+@handler("test.traced", max_retries=1)
+def traced(ctx: WorkContext) -> Any:
+    """Two checkpoints and a run_once; fails its first attempt when asked (`fail_first`)."""
+    data = ctx.input or {}
+    ctx.checkpoint("iteration_start", {"step": 0})
+    sent = ctx.run_once(f"notify-{ctx.lease.work_item_id}", {"to": "ops"}, lambda: {"sent": 1})
+    ctx.checkpoint("iteration_end", {"step": 1})
+    if data.get("fail_first") and ctx.attempt == 1:
+        raise RuntimeError("first attempt fails")
+    return {"sent": sent, "attempt": ctx.attempt}
+
+
 @handler("test.pid")
 def pid(ctx: WorkContext) -> Any:
     """Returns the pid of the process it ran in (no `execution` option: the worker's choice)."""

@@ -41,6 +41,7 @@ FIELD_COLUMN = {
     "max_retries": "max_retries",
     "interruptions": "interruptions",
     "created_at": "created_at",
+    "trace_context": "trace_context",
 }
 
 
@@ -55,12 +56,13 @@ def test_every_lease_field_is_read_from_its_own_column_position():
             expected[column] = base + timedelta(days=i)
         elif column in ("priority", "lease_token", "retry_count", "max_retries", "interruptions"):
             expected[column] = 100 + i
-        elif column == "input_data":
+        elif column in ("input_data", "trace_context"):
             expected[column] = {"column": i}
         else:
             expected[column] = f"value {i}"
     row = tuple(
-        json.dumps(expected[c]) if c == "input_data" else expected[c] for c in LEASE_COLUMNS
+        json.dumps(expected[c]) if c in ("input_data", "trace_context") else expected[c]
+        for c in LEASE_COLUMNS
     )
     [lease] = leases_from_rows([row], "the-worker")
     for field, column in FIELD_COLUMN.items():
