@@ -10,6 +10,7 @@ E007  LEASING["READ_DATABASE"] names a database alias that DATABASES lacks
 E008  USE_TZ is False
 E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks
 E010  an entry of LEASING["HANDLERS"] cannot be loaded (its path, its options)
+E011  an entry of LEASING["RATE_LIMITS"] is not valid (its bucket, its rate or burst)
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
@@ -63,9 +64,12 @@ def _read() -> tuple[LeasingSettings, tuple[SettingProblem, ...]]:
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     conf, problems = _read()
     # Bad schedules are leasing.E006 (check_schedules), one error each.
+    # Bad rate limits are leasing.E011, one error each.
     messages: list[checks.CheckMessage] = [
         checks.Error(
-            problem.message, hint=ENTRY_HINT if problem.entry else SETTINGS_HINT, id="leasing.E001"
+            problem.message,
+            hint=ENTRY_HINT if problem.entry else SETTINGS_HINT,
+            id="leasing.E011" if problem.setting == "RATE_LIMITS" else "leasing.E001",
         )
         for problem in problems
         if problem.setting != "SCHEDULES"

@@ -44,6 +44,8 @@ _.constraints
 _.indexes
 _.get_latest_by
 _.permissions
+_.limit_count  # RateBucket columns, written and read by leasing.sql.rates
+_.period_seconds
 _.Type  # TextChoices of a model: Django builds `choices` and forms from them
 _.Status
 _.Role

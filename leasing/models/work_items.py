@@ -216,6 +216,17 @@ class WorkItem(models.Model):
     on_dependency_failure = models.TextField(
         null=True, blank=True, choices=DependencyFailure.choices
     )
+    rate_key = models.TextField(
+        null=True,
+        blank=True,
+        help_text="Claims of items with this key are held to its rate limit (LEASING RATE_LIMITS "
+        "'key:...' or the enqueue's rate_limit).",
+    )
+    fairness_key = models.TextField(
+        null=True,
+        blank=True,
+        help_text="The tenant: in a fair queue, claims take turns across these keys.",
+    )
 
     # Not a column: `enqueue()` and `enqueue_many()` set it to True on an
     # existing item they return because it holds the unique key asked for.
@@ -362,6 +373,23 @@ class WorkItem(models.Model):
             # The console. The admin lists items newest
             # first (its tie-breaker is the primary key) and bounds its date
             # hierarchy with MIN/MAX(created_at).
+            # A fair queue's claim (`leasing.sql.fairness`): each key's pending items in
+            # claim order, and the skip-scan from one key to the next.
+            models.Index(
+                "queue_name",
+                "fairness_key",
+                F("priority").desc(),
+                Coalesce("run_after", "created_at"),
+                "created_at",
+                "work_item_id",
+                "run_after",
+                name="work_items_fair_idx",
+                condition=Q(
+                    status=WorkItemStatus.PENDING,
+                    dependencies_left=0,
+                    fairness_key__isnull=False,
+                ),
+            ),
             models.Index(fields=["-created_at", "-work_item_id"], name="work_items_created_idx"),
             # Throughput over time, and the queue table's finished counts and run
             # times of a window: finished items by completion time, index-only.

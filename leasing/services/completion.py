@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError
 
 from .. import signals
+from ..conf import get_settings
 from ..sql import work_items as sql
 from ..sql.runner import is_infrastructure_error, run_one
 from ..sql.terms import ClaimFilters, LeaseTerms
@@ -126,7 +127,7 @@ def complete_and_claim(
     """Complete finished items and claim up to `n` new ones, in one round trip where the
     storage can (`Storage.completes_while_claiming`)."""
     d = storage_for(manager.using)
-    if not done or not d.completes_while_claiming:
+    if not done or not d.completes_while_claiming or get_settings().rate_limits:
         completion = complete(manager, done)
         return completion, manager.claim(n, terms, filters)
     rows_of = [(lease.work_item_id, lease.token, output) for lease, output in done]

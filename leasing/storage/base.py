@@ -180,6 +180,23 @@ class Storage(ABC):
     def not_paused(self, queue_key: str, type_key: str, active_keys: str) -> str:
         """Neither key is among the active pauses' keys (`active_keys`, a subquery)."""
 
+    @abstractmethod
+    def epoch(self, timestamp: str) -> str:
+        """A timestamp expression as seconds since the epoch (a float)."""
+
+    @abstractmethod
+    def wall_clock(self) -> str:
+        """The database clock when the expression is evaluated (not fixed for the statement)."""
+
+    def lock_limits(self, limits: Limits) -> None:
+        """Serialize this transaction's claim against other claims of its concurrency limits
+        (PostgreSQL's advisory locks; SQLite's one writer needs none)."""
+        return None
+
+    def collate_c(self) -> str:
+        """The collation that orders text by code point (SQLite's default)."""
+        return ""
+
     def in_claim_order(self, statement: str) -> str:
         """A claim statement made to walk the claim index in order."""
         return statement

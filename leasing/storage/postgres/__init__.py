@@ -118,6 +118,19 @@ class PostgresStorage(Storage):
     def claim_range(self, column: str, values: Sequence[str]) -> Statement:
         return claims.claim_range(column, values)
 
+    def epoch(self, timestamp: str) -> str:
+        return f"extract(epoch FROM {timestamp})::float8"
+
+    def wall_clock(self) -> str:
+        return "clock_timestamp()"
+
+    def lock_limits(self, limits: Limits) -> None:
+        if limits:
+            self._run(claims.lock_limits(limits))
+
+    def collate_c(self) -> str:
+        return 'COLLATE "C"'
+
     def not_paused(self, queue_key: str, type_key: str, active_keys: str) -> str:
         return f"NOT (ARRAY[{queue_key}, {type_key}] && ARRAY({active_keys}))"
 
