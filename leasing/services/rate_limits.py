@@ -14,6 +14,7 @@ spinning (`rate_wait`).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from ..storage import storage_for
 if TYPE_CHECKING:
     from ..sql.limits import Limits
     from ..sql.terms import ClaimFilters, LeaseTerms
+    from ..storage.base import Storage
     from .held import Lease
     from .leases import LeaseManager
 
@@ -86,12 +88,7 @@ def claim_rate_limited(
         rows = run_rows(using, sql.candidates(d, filters, n, limits))
         names = sorted({b for row in rows for b in buckets_of(row)})
         if names:
-            # Only buckets with a setting get a row here; a key's own limit came with its row.
-            with_setting = [b for b in names if limit_of(b, None, configured) is not None]
-            if with_setting:
-                run(using, sql.ensure_buckets(d, with_setting))
-            states = run(using, sql.lock_buckets(d, names))
-            now = float(run(using, sql.clock(d))[0]["now"])
+            states, now = _lock(using, d, names, configured)
             bucket_limits: dict[str, RateLimit] = {}
             tats: dict[str, float] = {}
             for state in states:
@@ -109,14 +106,32 @@ def claim_rate_limited(
                 next_at = tats[bucket] - bucket_limits[bucket].tolerance
                 run(using, sql.save_bucket(d, bucket, tats[bucket], next_at, count))
             if admitted:
-                claimed = run_rows(using, sql.claim_ids(d, manager.worker_id, admitted, terms))
+                claimed = run_rows(using, sql.claim_ids(d, manager.worker_id, admitted, terms, now))
     leases = manager.leases_from_rows(claimed)
     manager.rate_wait = None
     if len(leases) < n:
         row = run_one(using, sql.next_opening(d))
         if row is not None and row["wait"] is not None:
-            manager.rate_wait = max(0.0, float(row["wait"]))
+            # Waiting workers wake spread over half the bucket's slack, not all at once
+            # at its opening: one of them claims what opened, and no turn is lost.
+            slack = max(0.0, float(row["slack"]))
+            manager.rate_wait = max(0.0, float(row["wait"])) + random.uniform(0.0, slack / 2)
     return leases
+
+
+def _lock(
+    using: str, d: Storage, names: list[str], configured: Mapping[str, RateLimit | None]
+) -> tuple[list[dict[str, Any]], float]:
+    """Lock the buckets (a bucket with a setting gets its row now; a key's own limit came
+    with its row) and read the clock after the locks are held."""
+    with_setting = [b for b in names if limit_of(b, None, configured) is not None]
+    others = [b for b in names if b not in with_setting]
+    states = run(using, sql.lock_new_buckets(d, with_setting)) if with_setting else []
+    clocks = [float(state["now"]) for state in states]
+    if others:
+        states += run(using, sql.lock_buckets(d, others))
+        clocks.append(float(run(using, sql.clock(d))[0]["now"]))
+    return states, max(clocks)
 
 
 def set_key_limits(using: str, limits: Mapping[str, RateLimit]) -> None:

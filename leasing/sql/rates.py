@@ -9,12 +9,13 @@ A rate-limited claim (`leasing.services.rate_limits`) runs in one transaction:
    The gate is an uncorrelated probe of the buckets' primary key per row: a
    waiting item is neither locked nor claimed, so it stays pending, costs no
    attempt and is never retried.
-2. `ensure_buckets` / `lock_buckets`: the candidates' buckets, created if
+2. `lock_new_buckets` / `lock_buckets`: the candidates' buckets, created if
    missing and row-locked in code-point order (two claimers never wait for
    each other in a cycle); the database clock read after the locks are held
-   (`clock`) is the time the admission is decided at.
+   is the time the admission is decided at.
 3. `save_bucket` and `claim_ids`: the buckets' new state and the claim of the
-   admitted items, by id, re-checking that they are still pending.
+   admitted items, by id, re-checking that they are still pending, stamped
+   with the clock reading the admission was decided at.
 
 Serializing on the bucket rows (not on a snapshot's count) keeps the limit
 exact across every worker and host: a claimer that waited for a bucket's
@@ -24,7 +25,7 @@ lock reads the state its previous holder committed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..transitions import CLAIM
 from .candidates import where
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 BUCKETS = "leasing_rate_buckets"
 # A candidate's buckets, as the claim reads them (`rate_key` NULL: no key bucket).
 CANDIDATE_COLUMNS = "work_item_id, queue_name, work_type, rate_key"
+# A bucket's state as the admission reads it.
+STATE = "bucket, tat, limit_count, period_seconds, burst"
 
 
 def gate(d: Storage) -> str:
@@ -73,21 +76,24 @@ def candidates(d: Storage, filters: ClaimFilters, n: int, limits: Limits) -> Sta
     return d.in_claim_order(sql), [*params, n]
 
 
-def ensure_buckets(d: Storage, buckets: Sequence[str]) -> Statement:
-    """Create the rows of these buckets (sorted) that do not exist yet."""
+def lock_new_buckets(d: Storage, buckets: Sequence[str]) -> Statement:
+    """Create these buckets' rows if missing and lock them, in code-point order (an upsert
+    that updates locks the row, waiting for its holder); each row comes back with the
+    clock read after its lock was granted."""
     values = ", ".join(f"(%s, 0, 0, 0, {d.now})" for _ in buckets)
     sql = f"""
         INSERT INTO {BUCKETS} (bucket, tat, next_at, admitted, updated_at) VALUES {values}
-        ON CONFLICT (bucket) DO NOTHING
+        ON CONFLICT (bucket) DO UPDATE SET bucket = excluded.bucket
+        RETURNING {STATE}, {d.epoch(d.wall_clock())} AS now
     """
     return sql, sorted(buckets)
 
 
 def lock_buckets(d: Storage, buckets: Sequence[str]) -> Statement:
-    """The rows of these buckets, locked in code-point order."""
+    """The existing rows of these buckets, locked in code-point order."""
     condition, params = d.one_of("bucket", list(buckets))
     sql = f"""
-        SELECT bucket, tat, limit_count, period_seconds, burst FROM {BUCKETS}
+        SELECT {STATE} FROM {BUCKETS}
         WHERE {condition} ORDER BY bucket {d.collate_c()} {d.row_lock("UPDATE")}
     """
     return sql, params
@@ -107,9 +113,30 @@ def save_bucket(d: Storage, bucket: str, tat: float, next_at: float, admitted: i
     return sql, [tat, next_at, admitted, bucket]
 
 
-def claim_ids(d: Storage, holder: str, ids: Sequence[str], terms: LeaseTerms) -> Statement:
-    """Claim these (locked, admitted) items; returns their lease columns."""
-    set_sql, set_params = claim_set(d, holder, terms)
+class AtInstant:
+    """A storage's fragments with the clock fixed at the instant the admission was decided,
+    so an item's claim time is the time its buckets admitted it."""
+
+    def __init__(self, d: Storage, epoch: float) -> None:
+        self._d = d
+        self._epoch = epoch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._d, name)
+
+    @property
+    def now(self) -> str:
+        return self._d.instant(self._epoch)
+
+    def clock(self) -> str:
+        return self._d.instant(self._epoch, with_offset=True)
+
+
+def claim_ids(
+    d: Storage, holder: str, ids: Sequence[str], terms: LeaseTerms, at: float
+) -> Statement:
+    """Claim these (locked, admitted) items at `at` (the admission's clock reading)."""
+    set_sql, set_params = claim_set(cast("Storage", AtInstant(d, at)), holder, terms)
     condition, params = d.one_of("work_item_id", list(ids))
     sql = f"""
         UPDATE work_items SET {set_sql}
@@ -120,9 +147,13 @@ def claim_ids(d: Storage, holder: str, ids: Sequence[str], terms: LeaseTerms) ->
 
 
 def next_opening(d: Storage) -> Statement:
-    """Seconds until the first closed bucket opens again (no row: none is closed)."""
+    """The first closed bucket: seconds until it opens, and its slack (how late a claim may
+    come without losing a turn: its tolerance). No row: no bucket is closed."""
     now = d.epoch(d.now)
-    sql = f"SELECT min(next_at) - {now} AS wait FROM {BUCKETS} WHERE next_at > {now}"
+    sql = f"""
+        SELECT next_at - {now} AS wait, tat - next_at AS slack FROM {BUCKETS}
+        WHERE next_at > {now} ORDER BY next_at LIMIT 1
+    """
     return sql, []
 
 

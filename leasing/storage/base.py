@@ -188,6 +188,11 @@ class Storage(ABC):
     def wall_clock(self) -> str:
         """The database clock when the expression is evaluated (not fixed for the statement)."""
 
+    @abstractmethod
+    def instant(self, epoch: float, *, with_offset: bool = False) -> str:
+        """A timestamp the database clock read earlier (seconds since the epoch) as SQL;
+        `with_offset`: plus one parameter's offset, as `clock()` takes it."""
+
     def lock_limits(self, limits: Limits) -> None:
         """Serialize this transaction's claim against other claims of its concurrency limits
         (PostgreSQL's advisory locks; SQLite's one writer needs none)."""

@@ -124,6 +124,10 @@ class PostgresStorage(Storage):
     def wall_clock(self) -> str:
         return "clock_timestamp()"
 
+    def instant(self, epoch: float, *, with_offset: bool = False) -> str:
+        stamp = f"to_timestamp({float(epoch)!r})"
+        return f"({stamp} + make_interval(secs => %s))" if with_offset else stamp
+
     def lock_limits(self, limits: Limits) -> None:
         if limits:
             self._run(claims.lock_limits(limits))

@@ -128,6 +128,10 @@ class SQLiteStorage(Storage):
     def wall_clock(self) -> str:
         return _NOW
 
+    def instant(self, epoch: float, *, with_offset: bool = False) -> str:
+        offset = ", %s" if with_offset else ""
+        return f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', {float(epoch)!r}, 'unixepoch'{offset})"
+
     def not_paused(self, queue_key: str, type_key: str, active_keys: str) -> str:
         return f"({queue_key}) NOT IN ({active_keys}) AND ({type_key}) NOT IN ({active_keys})"
 
