@@ -71,9 +71,7 @@ class Migration(migrations.Migration):
                 "created_at",
                 "work_item_id",
                 "run_after",
-                condition=Q(
-                    ("dependencies_left", 0), ("fairness_key__isnull", False), ("status", "pending")
-                ),
+                condition=Q(("dependencies_left", 0), ("status", "pending")),
                 name="work_items_fair_idx",
             ),
         ),

@@ -374,7 +374,8 @@ class WorkItem(models.Model):
             # first (its tie-breaker is the primary key) and bounds its date
             # hierarchy with MIN/MAX(created_at).
             # A fair queue's claim (`leasing.sql.fairness`): each key's pending items in
-            # claim order, and the skip-scan from one key to the next.
+            # claim order (the items without a key too), and the skip scan from one key
+            # to the next.
             models.Index(
                 "queue_name",
                 "fairness_key",
@@ -384,11 +385,7 @@ class WorkItem(models.Model):
                 "work_item_id",
                 "run_after",
                 name="work_items_fair_idx",
-                condition=Q(
-                    status=WorkItemStatus.PENDING,
-                    dependencies_left=0,
-                    fairness_key__isnull=False,
-                ),
+                condition=Q(status=WorkItemStatus.PENDING, dependencies_left=0),
             ),
             models.Index(fields=["-created_at", "-work_item_id"], name="work_items_created_idx"),
             # Throughput over time, and the queue table's finished counts and run

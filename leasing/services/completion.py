@@ -23,6 +23,7 @@ from ..sql.terms import ClaimFilters, LeaseTerms
 from ..storage import storage_for
 from .dependencies import finish_with_dependents
 from .endings import fail_attempt
+from .fairness import rotation
 from .held import Lease
 from .leases import LeaseManager
 from .terms import claim_limits
@@ -127,7 +128,12 @@ def complete_and_claim(
     """Complete finished items and claim up to `n` new ones, in one round trip where the
     storage can (`Storage.completes_while_claiming`)."""
     d = storage_for(manager.using)
-    if not done or not d.completes_while_claiming or get_settings().rate_limits:
+    if (
+        not done
+        or not d.completes_while_claiming
+        or get_settings().rate_limits
+        or rotation(manager, filters) is not None
+    ):
         completion = complete(manager, done)
         return completion, manager.claim(n, terms, filters)
     rows_of = [(lease.work_item_id, lease.token, output) for lease, output in done]

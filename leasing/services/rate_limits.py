@@ -23,6 +23,7 @@ from django.db import transaction
 from ..conf import get_settings
 from ..rates import ANY_KEY, KEY, QUEUE, WORK_TYPE, RateLimit, bucket_name
 from ..sql import rates as sql
+from ..sql.fairness import Fairness, next_cursors
 from ..sql.runner import run, run_one, run_rows, translate_db_errors
 from ..storage import storage_for
 
@@ -33,13 +34,14 @@ if TYPE_CHECKING:
     from .held import Lease
     from .leases import LeaseManager
 
-# A candidate row: (work_item_id, queue_name, work_type, rate_key).
+# A candidate row: (work_item_id, queue_name, work_type, rate_key), and in a fair claim
+# its fairness key and its key's place in the rotation.
 Candidate = tuple[Any, ...]
 
 
 def buckets_of(row: Candidate) -> list[str]:
     """The buckets an item may fall under (only those with a limit hold it back)."""
-    _, queue_name, work_type, rate_key = row
+    queue_name, work_type, rate_key = row[1:4]
     names = [bucket_name(QUEUE, queue_name), bucket_name(WORK_TYPE, work_type)]
     if rate_key is not None:
         names.append(bucket_name(KEY, rate_key))
@@ -76,16 +78,22 @@ def admit(
 
 
 def claim_rate_limited(
-    manager: LeaseManager, n: int, terms: LeaseTerms, filters: ClaimFilters, limits: Limits
+    manager: LeaseManager,
+    n: int,
+    terms: LeaseTerms,
+    filters: ClaimFilters,
+    limits: Limits,
+    fairness: Fairness | None = None,
 ) -> list[Lease]:
-    """Claim up to `n` items that every rate limit admits (see the module)."""
+    """Claim up to `n` items that every rate limit admits (see the module), in turn order
+    with `fairness`."""
     using = manager.using
     d = storage_for(using)
     configured = get_settings().rate_limits
     claimed: list[tuple[Any, ...]] = []
     with translate_db_errors(), transaction.atomic(using=using):
         d.lock_limits(limits)
-        rows = run_rows(using, sql.candidates(d, filters, n, limits))
+        rows = run_rows(using, sql.candidates(d, filters, n, limits, fairness))
         names = sorted({b for row in rows for b in buckets_of(row)})
         if names:
             states, now = _lock(using, d, names, configured)
@@ -108,6 +116,10 @@ def claim_rate_limited(
             if admitted:
                 claimed = run_rows(using, sql.claim_ids(d, manager.worker_id, admitted, terms, now))
     leases = manager.leases_from_rows(claimed)
+    if fairness is not None and leases:
+        taken = {lease.work_item_id for lease in leases}
+        turns = [(row[1], row[4], row[5]) for row in rows if row[0] in taken]
+        manager.fair_cursors.update(next_cursors(fairness, turns))
     manager.rate_wait = None
     if len(leases) < n:
         row = run_one(using, sql.next_opening(d))

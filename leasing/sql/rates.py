@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..transitions import CLAIM
 from .candidates import where
+from .fairness import Fairness, fair_candidates
 from .limits import CLAIM_ORDER, Limits, limited_candidates
 from .runner import Statement
 from .terms import ClaimFilters, LeaseTerms
@@ -54,10 +55,24 @@ def gate(d: Storage) -> str:
           AND rb.next_at > {d.epoch(d.now)})"""
 
 
-def candidates(d: Storage, filters: ClaimFilters, n: int, limits: Limits) -> Statement:
-    """Up to `n` claimable items past the gate, in claim order, with their buckets' names."""
+def candidates(
+    d: Storage, filters: ClaimFilters, n: int, limits: Limits, fairness: Fairness | None = None
+) -> Statement:
+    """Up to `n` claimable items past the gate, in claim order (in turn order, with their
+    fairness key and its place in the rotation, for a fair claim), with their buckets' names."""
     condition, params = where(d, filters)
     condition = f"{condition} AND {gate(d)}"
+    if fairness is not None:
+        ctes, cte_params = fair_candidates(d, condition, params, n, fairness, limits)
+        sql = f"""
+            WITH {ctes}
+            SELECT {", ".join(f"w.{c}" for c in CANDIDATE_COLUMNS.split(", "))},
+                   c.fairness_key, c.pos
+            FROM candidate AS c JOIN work_items AS w ON w.work_item_id = c.work_item_id
+            ORDER BY c.turn, c.pos, w.priority DESC, COALESCE(w.run_after, w.created_at),
+                     w.created_at, w.work_item_id
+        """
+        return d.in_claim_order(sql), cte_params
     if limits:
         ctes, cte_params = limited_candidates(d, condition, params, n, limits)
         sql = f"""
