@@ -13,6 +13,7 @@ from bench.scenarios import (
     ceiling,
     claim,
     enqueue,
+    fairness,
     fairstart,
     heartbeat,
     history,
@@ -22,6 +23,7 @@ from bench.scenarios import (
     options,
     peers,
     pickup,
+    ratelimit,
     recovery,
     signals,
     steady,
@@ -47,6 +49,8 @@ MODULES: dict[str, ModuleType] = {
     "sweep": sweep,
     "heartbeat": heartbeat,
     "history": history,
+    "fairness": fairness,
+    "ratelimit": ratelimit,
 }
 SCENARIOS: tuple[str, ...] = tuple(MODULES)
 # What `python -m bench.run` runs unless --only says otherwise: loading

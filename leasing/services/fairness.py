@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from .held import Lease
     from .leases import LeaseManager
 
-_QUEUE = LEASE_COLUMNS.index("queue_name")
-_KEY = len(LEASE_COLUMNS)  # the fair claim's rows carry the key, then its place
+QUEUE_COLUMN = LEASE_COLUMNS.index("queue_name")
+TURN_COLUMNS = len(LEASE_COLUMNS)  # a fair claim's rows carry the key, then its place
 
 
 def rotation(manager: LeaseManager, filters: ClaimFilters) -> sql.Fairness | None:
@@ -46,6 +46,6 @@ def claim_fairly(
     d = storage_for(manager.using)
     statement = sql.claim(d, manager.worker_id, n, terms, filters, limits, fairness)
     rows = d.run_claim(statement, limits)
-    turns = [(row[_QUEUE], row[_KEY], row[_KEY + 1]) for row in rows]
+    turns = [(row[QUEUE_COLUMN], row[TURN_COLUMNS], row[TURN_COLUMNS + 1]) for row in rows]
     manager.fair_cursors.update(sql.next_cursors(fairness, turns))
     return manager.leases_from_rows(rows)

@@ -26,6 +26,7 @@ from django.db import connections
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
+    from ..sql.fairness import Fairness
     from ..sql.limits import Limits
     from ..sql.new_items import NewItem, RichRow
     from ..sql.renewals import Renewal
@@ -233,9 +234,11 @@ class Storage(ABC):
         limits: Limits,
         *,
         by_type: bool = False,
+        fairness: Fairness | None = None,
     ) -> Statement:
         """Complete finished items and claim new ones in one statement
-        (where `completes_while_claiming`)."""
+        (where `completes_while_claiming`); with `fairness`, in turn order, each claimed
+        row carrying its fairness key and place in the rotation before its kind."""
         raise NotImplementedError
 
     @abstractmethod

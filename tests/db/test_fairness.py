@@ -148,3 +148,22 @@ def test_the_fair_claim_reads_indexes_only_however_deep_the_backlog(leasing_sett
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Seq Scan on work_items" not in plan, plan
     assert "work_items_fair_idx" in plan, plan
+
+
+def test_completing_and_claiming_in_one_statement_takes_turns_too(leasing_settings):
+    from leasing.services.completion import complete_and_claim
+    from leasing.services.terms import claim_terms
+
+    leasing_settings(FAIR_QUEUES=["fair"])
+    backlog("a", 100)
+    manager = LeaseManager("w1")
+    first = manager.acquire_leases(2)
+    backlog("b", 5)
+    completion, leases = complete_and_claim(
+        manager, [(lease, None) for lease in first], 4, claim_terms(None), ClaimFilters()
+    )
+    assert len(completion.completed) == 2
+    assert keys_of(leases) == {"a": 2, "b": 2}
+    # The rotation ran from the cursor ("a", served first): "b", then around to "a",
+    # the last key served, where the next claim starts after.
+    assert manager.fair_cursors == {"fair": "a"}

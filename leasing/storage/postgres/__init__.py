@@ -24,6 +24,7 @@ from . import claims, recovery, writes
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
+    from ...sql.fairness import Fairness
     from ...sql.limits import Limits
     from ...sql.new_items import NewItem, RichRow
     from ...sql.renewals import Renewal
@@ -218,9 +219,10 @@ class PostgresStorage(Storage):
         limits: Limits,
         *,
         by_type: bool = False,
+        fairness: Fairness | None = None,
     ) -> Statement:
         return claims.complete_and_claim(
-            self, holder, done, n, terms, filters, limits, by_type=by_type
+            self, holder, done, n, terms, filters, limits, by_type=by_type, fairness=fairness
         )
 
     def complete(self, holder: str, done: list[tuple[str, int, str | None]]) -> set[LeaseKey]:
