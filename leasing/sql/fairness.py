@@ -197,14 +197,16 @@ def fair_candidates(
         if postgres:
             params += weight_params
         branches.append(f"SELECT * FROM fk{j}")
-        # The queue's items without a key take one more turn.
+        # The queue's items without a key take one more turn. Ordered by the key too
+        # (NULL), which only the fair index gives without a sort: otherwise the planner
+        # may walk the claim index past every keyed item of the queue.
         ctes.append(f"""fn{j} AS (
             SELECT l.*, {LAST_TURN - 1} AS pos,
                    row_number() OVER (ORDER BY {order}) * 1.0 AS turn
             FROM (
                 SELECT {columns} FROM work_items
                 WHERE {condition} AND queue_name = %s AND fairness_key IS NULL
-                ORDER BY {CLAIM_ORDER} LIMIT %s {lock}
+                ORDER BY fairness_key, {CLAIM_ORDER} LIMIT %s {lock}
             ) AS l
         )""")
         params += [*condition_params, queue, n]
