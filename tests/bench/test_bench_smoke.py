@@ -29,7 +29,8 @@ from tests.support.helpers import ROOT, database_url
 
 pytestmark = pytest.mark.postgres
 
-CORE = tuple(name for name in SCENARIOS if name != "peers")
+# The fair queue and rate limit scenarios have their own test (below).
+CORE = tuple(name for name in SCENARIOS if name not in ("peers", "fairness", "ratelimit"))
 
 
 def _positive(value: Any) -> bool:
@@ -271,3 +272,22 @@ def test_quick_peers_drain_beside_runworker() -> None:
             assert run["waiting_at_start"] >= peers["items"], (name, run)
             assert run["finished"] > 0 and _positive(run["jobs_per_s"]), (name, run)
             assert _positive(run["ratio_ours_to_peer"]), (name, run)
+
+
+def test_quick_fairness_and_rate_limit_scenarios_report_their_figures() -> None:
+    records = _quick_bench(("fairness", "ratelimit"), timeout_s=600)
+    fairness = records["fairness"]
+    for label in ("fair", "plain"):
+        run = fairness["runs"][label]
+        # Tenant B enqueued (without fairness its items may still wait behind A's backlog
+        # when the run ends); A's backlog was drained from.
+        assert 0 <= run["b_started"] <= run["b_enqueued"] and run["b_enqueued"] > 0, run
+        assert run["a_started"] > 0 and _positive(run["jobs_per_s"]), run
+        latency = run["b_enqueue_to_start_ms"]
+        assert 0 <= latency["p50"] <= latency["p99"], run
+    assert _positive(fairness["throughput_ratio_fair_to_plain"])
+    assert isinstance(fairness["p99_met"], bool) and isinstance(fairness["throughput_met"], bool)
+    rate = records["ratelimit"]
+    assert rate["admitted"] > 0 and _positive(rate["admitted_per_s"]), rate
+    # The burst is a bound, whatever the host's speed.
+    assert 0 < rate["busiest_second"] <= rate["burst"], rate
