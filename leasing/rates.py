@@ -116,3 +116,39 @@ def _checked(name: str, limit: Any, period: Any, burst: Any) -> RateLimit:
 
 def bucket_name(kind: str, name: str) -> str:
     return f"{kind}:{name}"
+
+
+# The console's current rate counts admissions in windows of this many seconds.
+WINDOW_SECONDS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class BucketState:
+    """What a claim writes back to a bucket: its GCRA state, what it admitted, and the
+    console's windows of admissions (`window_start` in epoch seconds)."""
+
+    tat: float
+    next_at: float
+    admitted: int
+    window_start: float
+    window_admitted: int
+    previous_admitted: int
+
+
+def windows_after(
+    start: float, current: int, previous: int, now: float, admitted: int = 0
+) -> tuple[float, int, int]:
+    """The windows (start, current, previous) at `now`, with `admitted` more counted."""
+    if now >= start + 2 * WINDOW_SECONDS:
+        return now, admitted, 0
+    if now >= start + WINDOW_SECONDS:
+        return start + WINDOW_SECONDS, admitted, current
+    return start, current + admitted, previous
+
+
+def current_rate(start: float, current: int, previous: int, now: float) -> float:
+    """Admissions per second over the last window (the previous window weighted by how
+    much of it still overlaps it)."""
+    start, current, previous = windows_after(start, current, previous, now)
+    overlap = max(0.0, 1.0 - (now - start) / WINDOW_SECONDS)
+    return (previous * overlap + current) / WINDOW_SECONDS

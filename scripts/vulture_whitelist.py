@@ -185,6 +185,7 @@ _.oldest_created_at  # console/backlog.py
 _.rolled_through  # console/finished.py
 _.threshold_seconds  # console/processes.py
 _.payload_included  # console/timeline.py
+_.opens_in_seconds  # console/rates.py: the dashboard's rate limits panel
 _.WAIT  # leasing.states: values users pass (on_dependency_failure, checkpoint types)
 _.ITERATION_START
 _.TOOL_EXECUTED

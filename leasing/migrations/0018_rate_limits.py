@@ -1,7 +1,8 @@
 """Rate limits and fair claims: `work_items.rate_key` and `fairness_key`, the bucket table
-`leasing_rate_buckets`, and the fair queues' claim index (`work_items_fair_idx`).
+`leasing_rate_buckets`, the fair queues' claim index (`work_items_fair_idx`) and the
+console's index of the items waiting on a rate key (`work_items_rate_key_idx`).
 
-The new columns are NULL (no rewrite); the index is built without blocking
+The new columns are NULL (no rewrite); the indexes are built without blocking
 writes on PostgreSQL (see 0003); hence `atomic = False`.
 """
 
@@ -32,6 +33,9 @@ class Migration(migrations.Migration):
                 ("period_seconds", models.FloatField(blank=True, null=True)),
                 ("burst", models.IntegerField(blank=True, null=True)),
                 ("admitted", models.BigIntegerField(db_default=0, default=0)),
+                ("window_start", models.FloatField(db_default=0.0, default=0.0)),
+                ("window_admitted", models.IntegerField(db_default=0, default=0)),
+                ("previous_admitted", models.IntegerField(db_default=0, default=0)),
                 ("updated_at", models.DateTimeField(db_default=Now())),
             ],
             options={
@@ -59,6 +63,14 @@ class Migration(migrations.Migration):
                 help_text="Claims of items with this key are held to its rate limit (LEASING "
                 "RATE_LIMITS 'key:...' or the enqueue's rate_limit).",
                 null=True,
+            ),
+        ),
+        AddIndexOnline(
+            model_name="workitem",
+            index=models.Index(
+                fields=["rate_key"],
+                condition=Q(("rate_key__isnull", False), ("status", "pending")),
+                name="work_items_rate_key_idx",
             ),
         ),
         AddIndexOnline(

@@ -26,6 +26,11 @@ class RateBucket(models.Model):
     period_seconds = models.FloatField(null=True, blank=True)
     burst = models.IntegerField(null=True, blank=True)
     admitted = models.BigIntegerField(default=0, db_default=0)
+    # The console's rate: admissions in the current window of `WINDOW_SECONDS` (from
+    # `window_start`, epoch seconds) and in the one before (`leasing.console.rates`).
+    window_start = models.FloatField(default=0.0, db_default=0.0)
+    window_admitted = models.IntegerField(default=0, db_default=0)
+    previous_admitted = models.IntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField(db_default=Now())
 
     class Meta:

@@ -373,6 +373,12 @@ class WorkItem(models.Model):
             # The console. The admin lists items newest
             # first (its tie-breaker is the primary key) and bounds its date
             # hierarchy with MIN/MAX(created_at).
+            # The console's count of the items waiting on a rate key (`leasing.console.rates`).
+            models.Index(
+                fields=["rate_key"],
+                name="work_items_rate_key_idx",
+                condition=Q(status=WorkItemStatus.PENDING, rate_key__isnull=False),
+            ),
             # A fair queue's claim (`leasing.sql.fairness`): each key's pending items in
             # claim order (the items without a key too), and the skip scan from one key
             # to the next.

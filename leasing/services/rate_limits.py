@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from ..conf import get_settings
-from ..rates import ANY_KEY, KEY, QUEUE, WORK_TYPE, RateLimit, bucket_name
+from ..rates import (
+    ANY_KEY,
+    KEY,
+    QUEUE,
+    WORK_TYPE,
+    BucketState,
+    RateLimit,
+    bucket_name,
+    windows_after,
+)
 from ..sql import rates as sql
 from ..sql.fairness import Fairness, next_cursors
 from ..sql.runner import run, run_one, run_rows, translate_db_errors
@@ -99,6 +108,7 @@ def claim_rate_limited(
             states, now = _lock(using, d, names, configured)
             bucket_limits: dict[str, RateLimit] = {}
             tats: dict[str, float] = {}
+            windows = {s["bucket"]: s for s in states}
             for state in states:
                 stored = None
                 if state["limit_count"] is not None:
@@ -111,8 +121,19 @@ def claim_rate_limited(
                     tats[state["bucket"]] = float(state["tat"])
             admitted, counts = admit(rows, bucket_limits, tats, now)
             for bucket, count in sorted(counts.items()):
-                next_at = tats[bucket] - bucket_limits[bucket].tolerance
-                run(using, sql.save_bucket(d, bucket, tats[bucket], next_at, count))
+                w = windows[bucket]
+                start, current, previous = windows_after(
+                    w["window_start"], w["window_admitted"], w["previous_admitted"], now, count
+                )
+                saved = BucketState(
+                    tats[bucket],
+                    tats[bucket] - bucket_limits[bucket].tolerance,
+                    count,
+                    start,
+                    current,
+                    previous,
+                )
+                run(using, sql.save_bucket(d, bucket, saved))
             if admitted:
                 claimed = run_rows(using, sql.claim_ids(d, manager.worker_id, admitted, terms, now))
     leases = manager.leases_from_rows(claimed)

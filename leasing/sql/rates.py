@@ -32,6 +32,9 @@ from .candidates import where
 from .fairness import Fairness, fair_candidates
 from .limits import CLAIM_ORDER, Limits, limited_candidates
 from .runner import Statement
+
+if TYPE_CHECKING:
+    from ..rates import BucketState
 from .terms import ClaimFilters, LeaseTerms
 from .work_items import LEASE_COLUMNS, claim_set
 
@@ -42,7 +45,10 @@ BUCKETS = "leasing_rate_buckets"
 # A candidate's buckets, as the claim reads them (`rate_key` NULL: no key bucket).
 CANDIDATE_COLUMNS = "work_item_id, queue_name, work_type, rate_key"
 # A bucket's state as the admission reads it.
-STATE = "bucket, tat, limit_count, period_seconds, burst"
+STATE = (
+    "bucket, tat, limit_count, period_seconds, burst, window_start, window_admitted, "
+    "previous_admitted"
+)
 
 
 def gate(d: Storage) -> str:
@@ -119,13 +125,22 @@ def clock(d: Storage) -> Statement:
     return f"SELECT {d.epoch(d.wall_clock())} AS now", []
 
 
-def save_bucket(d: Storage, bucket: str, tat: float, next_at: float, admitted: int) -> Statement:
+def save_bucket(d: Storage, bucket: str, state: BucketState) -> Statement:
     sql = f"""
         UPDATE {BUCKETS} SET tat = %s, next_at = %s, admitted = admitted + %s,
-                             updated_at = {d.now}
+            window_start = %s, window_admitted = %s, previous_admitted = %s,
+            updated_at = {d.now}
         WHERE bucket = %s
     """
-    return sql, [tat, next_at, admitted, bucket]
+    return sql, [
+        state.tat,
+        state.next_at,
+        state.admitted,
+        state.window_start,
+        state.window_admitted,
+        state.previous_admitted,
+        bucket,
+    ]
 
 
 class AtInstant:

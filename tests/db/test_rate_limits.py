@@ -158,3 +158,28 @@ def test_enqueue_refuses_a_rate_limit_it_cannot_enforce(leasing_settings):
     with pytest.raises(InvalidInput, match="rate_key"):
         enqueue("t", "test.noop", rate_key="")
     assert not WorkItem.objects.exists()
+
+
+def test_the_console_and_metrics_show_each_bucket_its_rate_and_what_waits(
+    leasing_settings, admin_client
+):
+    from leasing.console.rates import rate_table
+    from leasing.metrics import render_latest
+
+    leasing_settings(RATE_LIMITS={"key:stripe": THREE_A_MINUTE})
+    items(10, rate_key="stripe")
+    assert len(LeaseManager("w1").acquire_leases(20)) == 3
+    [row] = rate_table()
+    assert (row.bucket, row.closed, row.waiting, row.admitted) == ("key:stripe", True, 7, 3)
+    assert row.limit == RateLimit(1, 60.0, 3) and row.limit_per_second == pytest.approx(1 / 60)
+    assert row.per_second == pytest.approx(0.3)  # 3 in the last 10 s
+    assert 0 < row.opens_in_seconds <= 60
+    body, _ = render_latest()
+    text = body.decode()
+    assert 'leasing_rate_closed{bucket="key:stripe"} 1.0' in text
+    assert 'leasing_rate_waiting{bucket="key:stripe"} 7.0' in text
+    assert 'leasing_rate_admitted_total{bucket="key:stripe"} 3.0' in text
+    page = admin_client.get("/admin/leasing/workitem/dashboard/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'data-bucket="key:stripe" data-closed="yes"' in html
