@@ -67,12 +67,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     # Bad rate limits are leasing.E011, one error each.
     messages: list[checks.CheckMessage] = [
         checks.Error(
-            problem.message,
-            hint=ENTRY_HINT if problem.entry else SETTINGS_HINT,
-            id="leasing.E011" if problem.setting == "RATE_LIMITS" else "leasing.E001",
+            problem.message, hint=ENTRY_HINT if problem.entry else SETTINGS_HINT, id="leasing.E001"
         )
         for problem in problems
-        if problem.setting != "SCHEDULES"
+        if problem.setting not in ("SCHEDULES", "RATE_LIMITS")
+    ]
+    messages += [
+        checks.Error(problem.message, hint=ENTRY_HINT, id="leasing.E011")
+        for problem in problems
+        if problem.setting == "RATE_LIMITS"
     ]
     messages += [
         checks.Warning(

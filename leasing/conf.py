@@ -102,9 +102,10 @@ class LeasingSettings:
     work_type_limits: dict[str, int] = field(default_factory=dict)
 
     # Rate limits and fair claims
-    #: Rate limits held inside the claim across every worker and host: `{"queue:<name>" |
-    #: "work_type:<name>" | "key:<rate key>" | "key:*": "50/s"}` (or `{"limit": 50, "per": 1,
-    #: "burst": 55}`); an item waiting on one stays pending (each entry checked: E011).
+    #: Rate limits held inside the claim across every worker and host, by bucket
+    #: (`queue:<name>`, `work_type:<name>`, `key:<rate key>`, `key:*`): `{"key:*": "10/s"}` or
+    #: `{"limit": 50, "per": 1, "burst": 55}`; an item waiting on one stays pending (each entry
+    #: checked: E011).
     rate_limits: dict[str, RateLimit | None] = field(default_factory=dict)
     #: Queues whose claims take turns across the items' `fairness_key`s (tenants), so one key's
     #: backlog does not hold the others back.
