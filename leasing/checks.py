@@ -11,6 +11,7 @@ E008  USE_TZ is False
 E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks
 E010  an entry of LEASING["HANDLERS"] cannot be loaded (its path, its options)
 E011  a process-mode handler a child cannot import, or PROCESS_STOP_GRACE >= SHUTDOWN_TIMEOUT
+E012  an entry of LEASING["RATE_LIMITS"] is not valid (its bucket, its rate or burst)
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
@@ -66,12 +67,18 @@ def _read() -> tuple[LeasingSettings, tuple[SettingProblem, ...]]:
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     conf, problems = _read()
     # Bad schedules are leasing.E006 (check_schedules), one error each.
+    # Bad rate limits are leasing.E012, one error each.
     messages: list[checks.CheckMessage] = [
         checks.Error(
             problem.message, hint=ENTRY_HINT if problem.entry else SETTINGS_HINT, id="leasing.E001"
         )
         for problem in problems
-        if problem.setting != "SCHEDULES"
+        if problem.setting not in ("SCHEDULES", "RATE_LIMITS")
+    ]
+    messages += [
+        checks.Error(problem.message, hint=ENTRY_HINT, id="leasing.E012")
+        for problem in problems
+        if problem.setting == "RATE_LIMITS"
     ]
     messages += [
         checks.Warning(

@@ -31,6 +31,7 @@ from . import setting_entries, validation
 from .exceptions import InvalidInput, LeasingConfigurationError
 
 if TYPE_CHECKING:
+    from .rates import RateLimit
     from .setting_entries import SettingProblem
     from .ticks import ScheduleSpec
 
@@ -103,6 +104,18 @@ class LeasingSettings:
     #: At most N items in flight per work type, across every worker and host, e.g. for a
     #: handler that holds a scarce resource.
     work_type_limits: dict[str, int] = field(default_factory=dict)
+
+    # Rate limits and fair claims
+    #: Rate limits held inside the claim across every worker and host, by bucket
+    #: (`queue:<name>`, `work_type:<name>`, `key:<rate key>`, `key:*`): `{"key:*": "10/s"}` or
+    #: `{"limit": 50, "per": 1, "burst": 55}`; an item waiting on one stays pending (each entry
+    #: checked: E012).
+    rate_limits: dict[str, RateLimit | None] = field(default_factory=dict)
+    #: Queues whose claims take turns across the items' `fairness_key`s (tenants), so one key's
+    #: backlog does not hold the others back.
+    fair_queues: tuple[str, ...] = ()
+    #: Turns per round of a fairness key in a fair queue (default 1), e.g. `{"premium": 3}`.
+    fairness_weights: dict[str, int] = field(default_factory=dict)
 
     # Databases, console and metrics
     #: The alias the console reads from (dashboard, lists and item pages, timeline, history,
@@ -216,7 +229,14 @@ RETIRED = {
 
 # Settings made of entries (a limit, a schedule): one bad entry costs only itself at run
 # time (logged and skipped); read after the others, as schedules need MAX_PAYLOAD_BYTES.
-_ENTRY_SETTINGS = ("queue_limits", "work_type_limits", "schedules")
+_ENTRY_SETTINGS = (
+    "queue_limits",
+    "work_type_limits",
+    "schedules",
+    "rate_limits",
+    "fair_queues",
+    "fairness_weights",
+)
 
 
 def _check_value(name: str, value: Any) -> Any:
@@ -329,6 +349,10 @@ def read_settings(
         if name == "schedules":
             limit = values.get("max_payload_bytes", MIB)
             values[name], found = setting_entries.read_schedules(value, max_payload_bytes=limit)
+        elif name == "rate_limits":
+            values[name], found = setting_entries.read_rate_limits(value)
+        elif name == "fair_queues":
+            values[name], found = setting_entries.read_fair_queues(value)
         else:
             values[name], found = setting_entries.read_limits(name.upper(), value)
         problems += found

@@ -48,6 +48,12 @@ Metrics (all prefixed `leasing_`):
                                                 in the last hour: p50 and p95 (from a log-scale
                                                 histogram: within 6%)
 `leases_near_cap`                      gauge    live leases within 5 minutes of their hard cap
+`rate_limit_per_second{bucket}`        gauge    a rate limit's items per second (LEASING
+                                                RATE_LIMITS, an enqueue's rate_limit)
+`rate_admitted_total{bucket}`          counter  items its bucket admitted
+`rate_per_second{bucket}`              gauge    items it admitted per second, last 10 s
+`rate_closed{bucket}`                  gauge    1 while it admits nothing (its items wait)
+`rate_waiting{bucket}`                 gauge    pending items of its queue, type or rate key
 `read_replica_lag_seconds`             gauge    with LEASING["READ_DATABASE"] on a replica: how
                                                 old its data is (0: everything replayed)
 `read_replica_lag_bytes`               gauge    WAL the replica has not replayed yet
@@ -83,6 +89,7 @@ from .console.history import leases_near_cap
 from .console.leases import lease_health
 from .console.processes import live_workers, process_counters, processes_by_state, sweep_health
 from .console.queues import QueueRow, queue_table
+from .console.rates import rate_table
 from .console.replica import replica_lag
 from .models import LeaseHealth, WorkerRole, WorkerStatus
 from .sql.runner import database_now
@@ -189,6 +196,13 @@ class LeasingCollector:
             for quantile, seconds in quantiles.items():
                 families["run_seconds"].add_metric([work_type, quantile], seconds)
         families["leases_near_cap"].add_metric([], leases_near_cap(using=using))
+        for rate in rate_table(using=using):
+            if rate.limit_per_second is not None:
+                families["rate_limit_per_second"].add_metric([rate.bucket], rate.limit_per_second)
+            families["rate_admitted"].add_metric([rate.bucket], rate.admitted)
+            families["rate_per_second"].add_metric([rate.bucket], rate.per_second)
+            families["rate_closed"].add_metric([rate.bucket], int(rate.closed))
+            families["rate_waiting"].add_metric([rate.bucket], rate.waiting)
         if lag is not None and lag.is_replica:
             if lag.seconds is not None:
                 families["read_replica_lag_seconds"].add_metric([], lag.seconds)
@@ -205,8 +219,8 @@ class LeasingCollector:
         def gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
             return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels)
 
-        def counter(name: str, doc: str) -> CounterMetricFamily:
-            return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=[])
+        def counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:
+            return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=labels or [])
 
         return {
             "work_items": gauge("work_items", "Work items by status.", ["status"]),
@@ -285,6 +299,27 @@ class LeasingCollector:
             ),
             "leases_near_cap": gauge(
                 "leases_near_cap", "Live leases within 5 minutes of their hard cap."
+            ),
+            "rate_limit_per_second": gauge(
+                "rate_limit_per_second", "A rate limit's items per second.", ["bucket"]
+            ),
+            "rate_admitted": counter(
+                "rate_admitted", "Items a rate limit's bucket admitted.", ["bucket"]
+            ),
+            "rate_per_second": gauge(
+                "rate_per_second",
+                "Items a rate limit's bucket admitted per second over the last 10 seconds.",
+                ["bucket"],
+            ),
+            "rate_closed": gauge(
+                "rate_closed",
+                "1 while a rate limit's bucket admits nothing (its pending items wait).",
+                ["bucket"],
+            ),
+            "rate_waiting": gauge(
+                "rate_waiting",
+                "Pending items of a rate limit's queue, work type or rate key.",
+                ["bucket"],
             ),
             "read_replica_lag_seconds": gauge(
                 "read_replica_lag_seconds",

@@ -1,8 +1,10 @@
-"""The settings made of entries: QUEUE_LIMITS, WORK_TYPE_LIMITS and SCHEDULES.
+"""The settings made of entries: QUEUE_LIMITS, WORK_TYPE_LIMITS, SCHEDULES, RATE_LIMITS,
+FAIR_QUEUES and FAIRNESS_WEIGHTS.
 
 Each entry is read on its own: a bad one is a `SettingProblem` with
 `entry=True`, the others are kept. `manage.py check` reports every problem
-(leasing.E001 for a limit, E006 for a schedule); a process that runs anyway
+(leasing.E001 for a limit or a fair queue, E006 for a schedule, E012 for a rate
+limit); a process that runs anyway
 logs each once and skips it (`leasing.conf`), so one bad limit or schedule
 never stops the other queues and schedules. The rules are the runtime's
 (`leasing.validation`, `leasing.ticks.parse_schedule`), not a copy of them.
@@ -14,10 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 # Modules, not their names: `validation` imports `conf`, which imports this module.
-from . import ticks, validation
+from . import rates, ticks, validation
 from .exceptions import InvalidInput, LeasingConfigurationError
 
 if TYPE_CHECKING:
+    from .rates import RateLimit
     from .ticks import ScheduleSpec
 
 
@@ -92,3 +95,53 @@ def read_limits(setting: str, value: Any) -> tuple[dict[str, int], list[SettingP
                 message = str(exc)
         problems.append(SettingProblem(setting, message, entry=True))
     return limits, problems
+
+
+def read_rate_limits(value: Any) -> tuple[dict[str, RateLimit | None], list[SettingProblem]]:
+    """`LEASING["RATE_LIMITS"]`: the valid limits by bucket, and a problem for each bad one.
+
+    A key is `queue:<name>`, `work_type:<name>`, `key:<rate key>` or `key:*`
+    (every rate key without a limit of its own); `key:*` may be None: rate
+    keys have no default limit, but an enqueue's `rate_limit` holds.
+    """
+    setting = "RATE_LIMITS"
+    if not isinstance(value, dict):
+        message = (
+            f"LEASING['RATE_LIMITS'] must be a dict of 'queue:<name>', 'work_type:<name>' or "
+            f"'key:<rate key>' to a rate like '50/s', got {type(value).__name__}."
+        )
+        return {}, [SettingProblem(setting, message, entry=True)]
+    limits: dict[str, RateLimit | None] = {}
+    problems = []
+    for bucket, limit in value.items():
+        key = f"LEASING['RATE_LIMITS'][{bucket!r}]"
+        kind, _, name = bucket.partition(":") if isinstance(bucket, str) else ("", "", "")
+        try:
+            if kind not in rates.KINDS or not name:
+                raise InvalidInput(
+                    f"{key}: a key must be 'queue:<name>', 'work_type:<name>', "
+                    "'key:<rate key>' or 'key:*'."
+                )
+            validation.non_empty_text(f"{key} name", name)
+            if limit is None and bucket == rates.ANY_KEY:
+                limits[bucket] = None
+                continue
+            limits[bucket] = rates.parse_rate_limit(key, limit)
+        except InvalidInput as exc:
+            problems.append(SettingProblem(setting, str(exc), entry=True))
+    return limits, problems
+
+
+def read_fair_queues(value: Any) -> tuple[tuple[str, ...], list[SettingProblem]]:
+    """`LEASING["FAIR_QUEUES"]`: the queues whose claims take turns across fairness keys."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        message = f"LEASING['FAIR_QUEUES'] must be a list of queue names, got {value!r}."
+        return (), [SettingProblem("FAIR_QUEUES", message, entry=True)]
+    queues: list[str] = []
+    problems = []
+    for name in value:
+        try:
+            queues.append(validation.non_empty_text("LEASING['FAIR_QUEUES'] entry", name))
+        except InvalidInput as exc:
+            problems.append(SettingProblem("FAIR_QUEUES", str(exc), entry=True))
+    return tuple(sorted(set(queues))), problems

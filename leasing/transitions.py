@@ -295,6 +295,43 @@ GUARDS: tuple[Guard, ...] = (
         },
     ),
     Guard(
+        "rate_limits",
+        (PENDING,),
+        {
+            "claim": "only items every bucket of theirs admits (RATE_LIMITS, an enqueue's "
+            "rate_limit), under the buckets' row locks at the database clock; an item waiting "
+            "on one stays pending, uncharged (no attempt, no retry)",
+            "enqueue": "allowed whatever the buckets hold (the item waits); a rate_limit sets "
+            "its key's limit",
+            "fail_attempt": "a retry waits for its bucket like a new item; the failed attempt "
+            "was charged once, at its claim",
+            "hand_back": "waits for its bucket again (its claim was charged)",
+            "expire": "a retry waits for its bucket again",
+            "force_release": "waits for its bucket again",
+            "retry_failed": "waits for its bucket",
+            "force_fail": "allowed; nothing is charged",
+            "cancel": "allowed; nothing is charged",
+            "dependency_failed": "allowed; nothing is charged",
+        },
+    ),
+    Guard(
+        "fairness",
+        (PENDING,),
+        {
+            "claim": "in a queue of FAIR_QUEUES, claims take turns across fairness keys (each "
+            "key at most ceil(n / keys) x its weight of a claim of n)",
+            "enqueue": "allowed; the item takes its key's turns",
+            "fail_attempt": "a retry takes its key's turns again",
+            "hand_back": "takes its key's turns again",
+            "expire": "a retry takes its key's turns again",
+            "force_release": "takes its key's turns again",
+            "retry_failed": "takes its key's turns",
+            "force_fail": "allowed",
+            "cancel": "allowed",
+            "dependency_failed": "allowed",
+        },
+    ),
+    Guard(
         "cancellation",
         (PENDING, IN_PROGRESS, CANCELLED),
         {

@@ -45,6 +45,8 @@ _.constraints
 _.indexes
 _.get_latest_by
 _.permissions
+_.limit_count  # RateBucket columns, written and read by leasing.sql.rates
+_.period_seconds
 _.Type  # TextChoices of a model: Django builds `choices` and forms from them
 _.Status
 _.Role
@@ -187,6 +189,7 @@ _.threshold_seconds  # console/processes.py
 _.runs_idle  # console/processes.py: the dashboard's worker rows (a template reads it)
 _.runs_abandoned_total  # models/processes.py: a column the beat adds to, /metrics sums
 _.payload_included  # console/timeline.py
+_.opens_in_seconds  # console/rates.py: the dashboard's rate limits panel
 _.WAIT  # leasing.states: values users pass (on_dependency_failure, checkpoint types)
 _.ITERATION_START
 _.TOOL_EXECUTED

@@ -13,6 +13,7 @@ from bench.scenarios import (
     ceiling,
     claim,
     enqueue,
+    fairness,
     fairstart,
     heartbeat,
     history,
@@ -23,6 +24,7 @@ from bench.scenarios import (
     peers,
     pickup,
     process_mode,
+    ratelimit,
     recovery,
     signals,
     steady,
@@ -51,6 +53,8 @@ MODULES: dict[str, ModuleType] = {
     "heartbeat": heartbeat,
     "process_mode": process_mode,
     "history": history,
+    "fairness": fairness,
+    "ratelimit": ratelimit,
 }
 SCENARIOS: tuple[str, ...] = tuple(MODULES)
 # What `python -m bench.run` runs unless --only says otherwise: loading

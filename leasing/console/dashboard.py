@@ -13,6 +13,7 @@ from .finished import finished_for, is_rolled
 from .leases import LeaseHealthSummary, lease_health
 from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
 from .queues import QueueRow, queue_table
+from .rates import RateRow, rate_table
 from .replica import ReplicaLag, replica_lag
 from .timeline import CheckpointEntry, recent_recoveries
 
@@ -32,6 +33,8 @@ class Dashboard:
     recoveries: tuple[CheckpointEntry, ...]
     # How far the read database is behind the primary; None: the console reads the primary.
     replica: ReplicaLag | None = None
+    # Rate limits' buckets (LEASING RATE_LIMITS, an enqueue's rate_limit).
+    rate_limits: tuple[RateRow, ...] = ()
     # A day or a week: the window's finished figures start on this hour, and
     # its run-time percentiles are read from histograms.
     rolled_from: datetime | None = None
@@ -100,4 +103,5 @@ def build_dashboard(
         ),
         replica=replica,
         rolled_from=window.start if is_rolled(window_minutes) else None,
+        rate_limits=rate_table(using=using),
     )

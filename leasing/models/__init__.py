@@ -24,6 +24,7 @@ from .dependencies import WorkItemDependency
 from .idempotency import IdempotencyKey, IdempotencyKeyQuerySet
 from .pauses import Pause, PauseQuerySet
 from .processes import Worker, WorkerQuerySet
+from .rates import RateBucket
 from .rollups import FinishedHour, RollupMark
 from .schedules import MissedPolicy, Schedule
 from .work_items import WorkItem, WorkItemQuerySet
@@ -40,6 +41,7 @@ __all__ = [
     "MissedPolicy",
     "Pause",
     "PauseQuerySet",
+    "RateBucket",
     "RollupMark",
     "Schedule",
     "WorkItem",

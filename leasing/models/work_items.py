@@ -224,6 +224,17 @@ class WorkItem(models.Model):
         editable=False,
         help_text="The enqueuer's W3C trace context, when tracing was on.",
     )
+    rate_key = models.TextField(
+        null=True,
+        blank=True,
+        help_text="Claims of items with this key are held to its rate limit (LEASING RATE_LIMITS "
+        "'key:...' or the enqueue's rate_limit).",
+    )
+    fairness_key = models.TextField(
+        null=True,
+        blank=True,
+        help_text="The tenant: in a fair queue, claims take turns across these keys.",
+    )
 
     # Not a column: `enqueue()` and `enqueue_many()` set it to True on an
     # existing item they return because it holds the unique key asked for.
@@ -370,6 +381,26 @@ class WorkItem(models.Model):
             # The console. The admin lists items newest
             # first (its tie-breaker is the primary key) and bounds its date
             # hierarchy with MIN/MAX(created_at).
+            # The console's count of the items waiting on a rate key (`leasing.console.rates`).
+            models.Index(
+                fields=["rate_key"],
+                name="work_items_rate_key_idx",
+                condition=Q(status=WorkItemStatus.PENDING, rate_key__isnull=False),
+            ),
+            # A fair queue's claim (`leasing.sql.fairness`): each key's pending items in
+            # claim order (the items without a key too), and the skip scan from one key
+            # to the next.
+            models.Index(
+                "queue_name",
+                "fairness_key",
+                F("priority").desc(),
+                Coalesce("run_after", "created_at"),
+                "created_at",
+                "work_item_id",
+                "run_after",
+                name="work_items_fair_idx",
+                condition=Q(status=WorkItemStatus.PENDING, dependencies_left=0),
+            ),
             models.Index(fields=["-created_at", "-work_item_id"], name="work_items_created_idx"),
             # Throughput over time, and the queue table's finished counts and run
             # times of a window: finished items by completion time, index-only.

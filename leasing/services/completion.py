@@ -16,12 +16,17 @@ from dataclasses import dataclass
 from django.db import DatabaseError
 
 from .. import signals
+from ..conf import get_settings
 from ..sql import work_items as sql
+from ..sql.fairness import next_cursors
 from ..sql.runner import is_infrastructure_error, run_one
 from ..sql.terms import ClaimFilters, LeaseTerms
 from ..storage import storage_for
 from .dependencies import finish_with_dependents
 from .endings import fail_attempt
+from .fairness import QUEUE_COLUMN as _QUEUE
+from .fairness import TURN_COLUMNS as _KEY
+from .fairness import rotation
 from .held import Lease
 from .leases import LeaseManager
 from .terms import claim_limits
@@ -126,14 +131,15 @@ def complete_and_claim(
     """Complete finished items and claim up to `n` new ones, in one round trip where the
     storage can (`Storage.completes_while_claiming`)."""
     d = storage_for(manager.using)
-    if not done or not d.completes_while_claiming:
+    fairness = rotation(manager, filters)
+    if not done or not d.completes_while_claiming or get_settings().rate_limits:
         completion = complete(manager, done)
         return completion, manager.claim(n, terms, filters)
     rows_of = [(lease.work_item_id, lease.token, output) for lease, output in done]
     limits = claim_limits(filters)
     by_type = manager.shape.by_type(filters)
     statement = d.complete_and_claim(
-        manager.worker_id, rows_of, n, terms, filters, limits, by_type=by_type
+        manager.worker_id, rows_of, n, terms, filters, limits, by_type=by_type, fairness=fairness
     )
     try:
         rows = d.run_claim(statement, limits)
@@ -144,7 +150,11 @@ def complete_and_claim(
         return completion, manager.claim(n, terms, filters)
     # Rows are `sql.LEASE_COLUMNS` and then their kind; a done row has only its key.
     written = {(row[0], row[_TOKEN]) for row in rows if row[-1] == "done"}
-    claimed = manager.leases_from_rows(row for row in rows if row[-1] == "claimed")
+    claimed_rows = [row for row in rows if row[-1] == "claimed"]
+    if fairness is not None:
+        turns = [(row[_QUEUE], row[_KEY], row[_KEY + 1]) for row in claimed_rows]
+        manager.fair_cursors.update(next_cursors(fairness, turns))
+    claimed = manager.leases_from_rows(claimed_rows)
     manager.shape.claimed(filters, n, len(claimed))
     completion = _split(manager, done, written)
     if len(completion.completed) > len(written) and len(claimed) < n:

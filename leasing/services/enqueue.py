@@ -25,6 +25,7 @@ from ..conf import get_settings
 from ..exceptions import InvalidInput, UnknownWorkType
 from ..handlers import registry as handlers
 from ..ids import new_ulids
+from ..rates import parse_rate_limit
 from ..states import WorkItemStatus
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ from ..sql.runner import translate_db_errors
 from ..storage import storage_for
 from .enqueue_rules import check_positions, item_rules
 from .enqueue_with_rules import insert_with_rules
+from .rate_limits import set_key_limits
 
 
 def _validate(
@@ -50,6 +52,9 @@ def _validate(
     unique_while: Any = None,
     depends_on: Any = None,
     on_dependency_failure: Any = None,
+    rate_key: Any = None,
+    fairness_key: Any = None,
+    rate_limit: Any = None,
     *,
     retry_defaults: dict[str, int],
 ) -> NewItem:
@@ -85,6 +90,8 @@ def _validate(
         or on_dependency_failure is not None
     ):
         rules = item_rules(unique_key, unique_while, depends_on, on_dependency_failure)
+    if rate_key is not None or fairness_key is not None or rate_limit is not None:
+        rules.update(rate_rules(rate_key, fairness_key, rate_limit))
     return NewItem(
         work_item_id,
         task_id,
@@ -97,6 +104,25 @@ def _validate(
         queue_name,
         **rules,
     )
+
+
+def rate_rules(rate_key: Any, fairness_key: Any, rate_limit: Any) -> dict[str, Any]:
+    """The item's rate key (and the limit it gives the key) and fairness key, validated."""
+    rules: dict[str, Any] = {}
+    if rate_key is not None:
+        rules["rate_key"] = validation.non_empty_text("rate_key", rate_key)
+    if fairness_key is not None:
+        rules["fairness_key"] = validation.non_empty_text("fairness_key", fairness_key)
+    if rate_limit is not None:
+        if rate_key is None:
+            raise InvalidInput("rate_limit needs a rate_key: the limit is the key's.")
+        if not get_settings().rate_limits:
+            raise InvalidInput(
+                "rate_limit is enforced only while LEASING['RATE_LIMITS'] is set; set it, "
+                "e.g. {'key:*': None} for limits given at enqueue only."
+            )
+        rules["rate_limit"] = parse_rate_limit("rate_limit", rate_limit)
+    return rules
 
 
 def _plain_text(value: Any) -> bool:
@@ -136,6 +162,9 @@ def enqueue(
     unique_while: str | timedelta | None = None,
     depends_on: Iterable[str | WorkItem] | None = None,
     on_dependency_failure: str | None = None,
+    rate_key: str | None = None,
+    fairness_key: str | None = None,
+    rate_limit: str | dict[str, Any] | None = None,
     using: str = "default",
 ) -> WorkItem:
     """Add one pending work item and return it.
@@ -151,6 +180,12 @@ def enqueue(
     complete before this one can be claimed; `on_dependency_failure`:
     `"fail"` (the default) fails it when one of them fails for good,
     `"wait"` leaves it blocked.
+
+    `rate_key`: claims of items with this key are held to its rate limit
+    (`LEASING["RATE_LIMITS"]` `"key:<rate_key>"` or `"key:*"`), or to
+    `rate_limit` (`"10/s"`, or `{"limit": 10, "per": 1, "burst": 12}`), which
+    this enqueue gives the key. `fairness_key`: in a queue of
+    `LEASING["FAIR_QUEUES"]`, claims take turns across these keys.
     """
     spec: dict[str, Any] = {
         "task_id": task_id,
@@ -171,6 +206,9 @@ def enqueue(
         ("unique_while", unique_while),
         ("depends_on", depends_on),
         ("on_dependency_failure", on_dependency_failure),
+        ("rate_key", rate_key),
+        ("fairness_key", fairness_key),
+        ("rate_limit", rate_limit),
     ):
         if value is not None:
             spec[name] = value
@@ -191,6 +229,9 @@ _ALLOWED_KEYS = frozenset(
         "unique_while",
         "depends_on",
         "on_dependency_failure",
+        "rate_key",
+        "fairness_key",
+        "rate_limit",
     }
 )
 
@@ -225,6 +266,13 @@ def _enqueue_specs(using: str, specs: list[Any]) -> list[WorkItem]:
     if _streamed(using, specs):
         return _copy_while_validating(using, specs, ids)
     new_items = list(_validated(specs, ids))
+    limited = {
+        i.rate_key: i.rate_limit
+        for i in new_items
+        if i.rate_limit is not None and i.rate_key is not None
+    }
+    if limited:
+        set_key_limits(using, limited)
     if not all(item.plain for item in new_items):
         check_positions(new_items)
         with translate_db_errors(), transaction.atomic(using=using):
@@ -260,7 +308,8 @@ def _streamed(using: str, specs: list[Any]) -> bool:
         len(specs) >= sql.COPY_THRESHOLD
         and storage_for(using).streams_large_batches
         and not any(
-            isinstance(spec, Mapping) and any(spec.get(key) is not None for key in _RULE_KEYS)
+            isinstance(spec, Mapping)
+            and any(spec.get(key) is not None for key in (*_RULE_KEYS, "rate_limit"))
             for spec in specs
         )
     )
@@ -317,6 +366,8 @@ def _instances(
         values["run_after"] = item.run_after
         values["queue_name"] = item.queue_name
         values["input_data"] = item.input_data
+        values["rate_key"] = item.rate_key
+        values["fairness_key"] = item.fairness_key
         values["created_at"] = values["updated_at"] = stamp
         if listened:
             result.append(WorkItem.from_db(using, fields, [values[f] for f in fields]))

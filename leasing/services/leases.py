@@ -20,6 +20,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from .. import signals, validation
+from ..conf import get_settings
 from ..exceptions import InvalidInput
 from ..sql import renewals, unique
 from ..sql import work_items as sql
@@ -37,8 +38,10 @@ from ..states import WorkItemStatus
 from ..storage import storage_for
 from .claim_shape import ClaimShape
 from .dependencies import finish_with_dependents, settle
+from .fairness import claim_fairly, rotation
 from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, leases_from_rows, outcome_from_row
 from .held import refusal as lease_refusal
+from .rate_limits import claim_rate_limited
 from .terms import claim_filters, claim_limits, claim_terms, error_text, retry_backoff_seconds
 
 MAX_BATCH = 1000
@@ -74,6 +77,11 @@ class LeaseManager:
         self.using = validation.database_alias(using)
         self.held = HeldLeases()
         self.shape = ClaimShape()
+        # Seconds until a closed rate limit opens, after a claim that came back short
+        # under rate limits (None: no limit held anything back).
+        self.rate_wait: float | None = None
+        # Per fair queue, the fairness key this manager's last claim served last.
+        self.fair_cursors: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"<LeaseManager worker_id={self.worker_id!r} held={len(self.held)}>"
@@ -135,10 +143,16 @@ class LeaseManager:
         """Claim up to `n` items with terms and filters validated by the caller.
 
         Paused queues and work types are skipped, and no configured
-        concurrency limit is exceeded (`Storage.run_claim`).
+        concurrency limit is exceeded (`Storage.run_claim`) nor rate limit
+        (`leasing.services.rate_limits`).
         """
         d = storage_for(self.using)
         limits = claim_limits(filters)
+        fairness = rotation(self, filters)
+        if get_settings().rate_limits:
+            return claim_rate_limited(self, n, terms, filters, limits, fairness)
+        if fairness is not None:
+            return claim_fairly(self, n, terms, filters, limits, fairness)
         by_type = self.shape.by_type(filters)
         statement = d.claim(self.worker_id, n, terms, filters, limits, by_type=by_type)
         leases = self.leases_from_rows(d.run_claim(statement, limits))

@@ -87,7 +87,7 @@ class Limits:
         ]
 
 
-def _room_cte(limits: Limits, *, after_done: bool) -> Statement:
+def room_cte(limits: Limits, *, after_done: bool) -> Statement:
     """Each limited key's room. `after_done`: the statement also completes held items
     (CTE `done`); those still count as in flight in its snapshot, so they are taken off."""
     rows: list[str] = []
@@ -112,7 +112,7 @@ def _room_cte(limits: Limits, *, after_done: bool) -> Statement:
     return sql, params
 
 
-def _trim(rows: str, kind: str, column: str, order: str) -> str:
+def trim_to_room(rows: str, kind: str, column: str, order: str) -> str:
     """Keep each limited key's first `room` rows of `rows`, in claim order."""
     return f"""
         SELECT * FROM (
@@ -141,7 +141,7 @@ def limited_candidates(
         f"{AVAILABLE_AT} AS available_at, created_at"
     )
     order = CLAIM_ORDER.replace(AVAILABLE_AT, "available_at")
-    room_sql, params = _room_cte(limits, after_done=after_done)
+    room_sql, params = room_cte(limits, after_done=after_done)
     ctes = [room_sql]
     limited_queues = [q for q, _ in limits.queues]
     limited_types = [t for t, _ in limits.work_types]
@@ -184,9 +184,9 @@ def limited_candidates(
     # A limited type's rows come from several cells, and so do a limited
     # queue's: keep each key's first `room` in claim order (type, then queue).
     if limited_types:
-        rows = _trim(rows, WORK_TYPE, "work_type", order)
+        rows = trim_to_room(rows, WORK_TYPE, "work_type", order)
     if limited_queues:
-        rows = _trim(rows, QUEUE, "queue_name", order)
+        rows = trim_to_room(rows, QUEUE, "queue_name", order)
     ctes.append(
         f"candidate AS (SELECT {d.with_address('work_item_id')} "
         f"FROM ({rows}) AS t ORDER BY {order} LIMIT %s)"

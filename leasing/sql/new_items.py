@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import transitions as T
+
+if TYPE_CHECKING:
+    from ..rates import RateLimit
 
 NOTIFY_CHANNEL = "leasing_enqueue"
 NEW_STATUS = T.ENQUEUE.target()
@@ -42,6 +45,10 @@ class NewItem:
     # Dependencies: work item ids (str) and positions in the same batch (int).
     depends_on: tuple[str | int, ...] = ()
     on_dependency_failure: str | None = None
+    # Rate limits and fair claims (`leasing.rates`, `leasing.sql.fairness`).
+    rate_key: str | None = None
+    fairness_key: str | None = None
+    rate_limit: RateLimit | None = None
 
     @property
     def plain(self) -> bool:
@@ -51,7 +58,7 @@ class NewItem:
 
 COLUMNS = (
     "work_item_id, task_id, work_type, status, priority, lease_token, retry_count, "
-    "max_retries, run_after, queue_name, input_data"
+    "max_retries, run_after, queue_name, input_data, rate_key, fairness_key"
 )
 
 

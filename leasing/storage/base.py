@@ -26,6 +26,7 @@ from django.db import connections
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
+    from ..sql.fairness import Fairness
     from ..sql.limits import Limits
     from ..sql.new_items import NewItem, RichRow
     from ..sql.renewals import Renewal
@@ -180,6 +181,28 @@ class Storage(ABC):
     def not_paused(self, queue_key: str, type_key: str, active_keys: str) -> str:
         """Neither key is among the active pauses' keys (`active_keys`, a subquery)."""
 
+    @abstractmethod
+    def epoch(self, timestamp: str) -> str:
+        """A timestamp expression as seconds since the epoch (a float)."""
+
+    @abstractmethod
+    def wall_clock(self) -> str:
+        """The database clock when the expression is evaluated (not fixed for the statement)."""
+
+    @abstractmethod
+    def instant(self, epoch: float, *, with_offset: bool = False) -> str:
+        """A timestamp the database clock read earlier (seconds since the epoch) as SQL;
+        `with_offset`: plus one parameter's offset, as `clock()` takes it."""
+
+    def lock_limits(self, limits: Limits) -> None:
+        """Serialize this transaction's claim against other claims of its concurrency limits
+        (PostgreSQL's advisory locks; SQLite's one writer needs none)."""
+        return None
+
+    def collate_c(self) -> str:
+        """The collation that orders text by code point (SQLite's default)."""
+        return ""
+
     def in_claim_order(self, statement: str) -> str:
         """A claim statement made to walk the claim index in order."""
         return statement
@@ -211,9 +234,11 @@ class Storage(ABC):
         limits: Limits,
         *,
         by_type: bool = False,
+        fairness: Fairness | None = None,
     ) -> Statement:
         """Complete finished items and claim new ones in one statement
-        (where `completes_while_claiming`)."""
+        (where `completes_while_claiming`); with `fairness`, in turn order, each claimed
+        row carrying its fairness key and place in the rotation before its kind."""
         raise NotImplementedError
 
     @abstractmethod

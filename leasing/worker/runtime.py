@@ -270,6 +270,11 @@ class WorkerRuntime:
             poll = self.config.poll_interval
             if self.config.burst and not len(self.slots):
                 poll = min(poll, 0.05)  # a retry of ours is due soon: look again shortly
+            rate_wait = self.dispatcher.manager.rate_wait
+            if rate_wait is not None and rate_wait < poll:
+                # A rate limit holds items back: sleep until it opens, not a whole poll.
+                self._wait_for_work(rate_wait)
+                continue
             self._wait_for_work(poll * random.uniform(0.8, 1.2))
         return "signal" if self.signals.received else "stopped"
 

@@ -31,6 +31,8 @@ pytestmark = pytest.mark.postgres
 
 # peers and process_mode have tests of their own.
 CORE = tuple(name for name in SCENARIOS if name not in ("peers", "process_mode"))
+# The fair queue and rate limit scenarios have their own test (below).
+CORE = tuple(name for name in SCENARIOS if name not in ("peers", "fairness", "ratelimit"))
 
 
 def _positive(value: Any) -> bool:
@@ -295,3 +297,22 @@ def test_quick_tracing_drains_with_tracing_off_and_on() -> None:
     assert tracing["traced_items"] == tracing["items"]
     assert _positive(tracing["jobs_per_s_on"]) and isinstance(tracing["worker_cost"], float)
     assert _positive(tracing["enqueue_us_off"]) and _positive(tracing["enqueue_us_on"])
+
+
+def test_quick_fairness_and_rate_limit_scenarios_report_their_figures() -> None:
+    records = _quick_bench(("fairness", "ratelimit"), timeout_s=600)
+    fairness = records["fairness"]
+    for label in ("fair", "plain"):
+        run = fairness["runs"][label]
+        # Tenant B enqueued (without fairness its items may still wait behind A's backlog
+        # when the run ends); A's backlog was drained from.
+        assert 0 <= run["b_started"] <= run["b_enqueued"] and run["b_enqueued"] > 0, run
+        assert run["a_started"] > 0 and _positive(run["jobs_per_s"]), run
+        latency = run["b_enqueue_to_start_ms"]
+        assert 0 <= latency["p50"] <= latency["p99"], run
+    assert _positive(fairness["throughput_ratio_fair_to_plain"])
+    assert isinstance(fairness["p99_met"], bool) and isinstance(fairness["throughput_met"], bool)
+    rate = records["ratelimit"]
+    assert rate["admitted"] > 0 and _positive(rate["admitted_per_s"]), rate
+    # The burst is a bound, whatever the host's speed.
+    assert 0 < rate["busiest_second"] <= rate["burst"], rate

@@ -22,6 +22,7 @@ TABLES = (
     "workers",
     "leasing_finished_hours",
     "leasing_rollup_marks",
+    "leasing_rate_buckets",
 )
 FINISHED = "('completed', 'failed', 'cancelled')"
 

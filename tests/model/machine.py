@@ -30,6 +30,11 @@ KEYS = ("k",)
 SCOPES = ("pending", "unfinished")
 LIMITS = st.sampled_from([{}, {"q1": 2}, {"q2": 1}])
 TYPE_LIMITS = st.sampled_from([{}, {}, {"model.b": 1}])
+# Rate keys and fairness keys (tenants) of the items; q2 may be a fair queue, and each
+# rate key's bucket may admit RATE_BURST claims in all (one an hour after that).
+RATE_KEYS = ("r1", "r2")
+FAIRNESS_KEYS = ("t1", "t2", "t3")
+RATE_BURST = 2
 
 
 class ModelMachine(RuleBasedStateMachine):
@@ -45,19 +50,36 @@ class ModelMachine(RuleBasedStateMachine):
         self.override: override_settings | None = None
         self.enqueued = 0
 
-    @initialize(queue_limits=LIMITS, type_limits=TYPE_LIMITS)
-    def configure(self, queue_limits: dict[str, int], type_limits: dict[str, int]) -> None:
+    @initialize(
+        queue_limits=LIMITS,
+        type_limits=TYPE_LIMITS,
+        rate_limited=st.booleans(),
+        fair=st.booleans(),
+    )
+    def configure(
+        self,
+        queue_limits: dict[str, int],
+        type_limits: dict[str, int],
+        rate_limited: bool,
+        fair: bool,
+    ) -> None:
         # A retry's backoff is an hour, so that only `let_backoffs_pass` makes it claimable.
+        # A rate key's bucket: one an hour, and a burst that lets RATE_BURST through at once.
+        rates = {"key:*": {"limit": 1, "per": 3600, "burst": RATE_BURST}} if rate_limited else {}
         self.override = override_settings(
             LEASING={
                 **django_settings.LEASING,
                 "RETRY_BACKOFF_BASE": 3600,
                 "QUEUE_LIMITS": queue_limits,
                 "WORK_TYPE_LIMITS": type_limits,
+                "RATE_LIMITS": rates,
+                "FAIR_QUEUES": [QUEUES[1]] if fair else [],
             }
         )
         self.override.enable()
         self.ref.queue_limits, self.ref.type_limits = queue_limits, type_limits
+        self.ref.rate_burst = RATE_BURST if rate_limited else None
+        self.ref.fair_queues = (QUEUES[1],) if fair else ()
 
     @initialize(scopes=st.lists(st.sampled_from(SCOPES), max_size=2, unique=True))
     def seed_keys(self, scopes: list[str]) -> None:
@@ -115,6 +137,8 @@ class ModelMachine(RuleBasedStateMachine):
         key=st.none() | st.tuples(st.sampled_from(KEYS), st.sampled_from(SCOPES)),
         on_failure=st.sampled_from(["fail", "wait"]),
         priority=st.integers(0, 1),
+        rate_key=st.none() | st.sampled_from(RATE_KEYS),
+        fairness_key=st.none() | st.sampled_from(FAIRNESS_KEYS),
     )
     def enqueue(
         self,
@@ -125,6 +149,8 @@ class ModelMachine(RuleBasedStateMachine):
         key: tuple[str, str] | None,
         on_failure: str,
         priority: int,
+        rate_key: str | None,
+        fairness_key: str | None,
     ) -> None:
         """One item; a priority above the batches' lets keyed items be claimed ahead of them."""
         existing = list(self.ref.items)
@@ -144,6 +170,8 @@ class ModelMachine(RuleBasedStateMachine):
             priority=priority,
             max_retries=max_retries,
             queue_name=queue,
+            rate_key=rate_key,
+            fairness_key=fairness_key,
             **rules,
         )
         expected_id, duplicate = self.ref.enqueue(
@@ -156,6 +184,9 @@ class ModelMachine(RuleBasedStateMachine):
             on_dependency_failure=on_failure if deps else None,
         )
         assert (item.work_item_id, item.duplicate) == (expected_id, duplicate)
+        if not duplicate:
+            self.ref.items[expected_id].rate_key = rate_key
+            self.ref.items[expected_id].fairness_key = fairness_key
 
     def keys_let_go(self) -> list[str]:
         """Items with a key that nobody holds now (running under "pending", finished)."""

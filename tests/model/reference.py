@@ -64,6 +64,10 @@ class Item:
     superseded_by: str | None = None
     # Asked to stop while running (leasing.cancel): its run's ending cancels it.
     cancel_requested: bool = False
+    # Its rate key (each key's bucket admits RATE_BURST claims in all, `Reference.rate_burst`)
+    # and its fairness key (a tenant of the fair queue).
+    rate_key: str | None = None
+    fairness_key: str | None = None
 
     def holds_key(self) -> bool:
         """A status-scoped key: "pending" while pending, "unfinished" while pending or running."""
@@ -81,6 +85,11 @@ class Reference:
     items: dict[str, Item] = field(default_factory=dict)  # in enqueue order
     purged: set[str] = field(default_factory=set)
     paused: set[tuple[str, str]] = field(default_factory=set)  # (kind, name)
+    # Rate limits: each rate key's bucket admits this many claims in all (its refill is an
+    # hour away), None: no rate limits. Fair queues: claims take turns across the keys.
+    rate_burst: int | None = None
+    admitted: Counter[str] = field(default_factory=Counter)
+    fair_queues: tuple[str, ...] = ()
 
     # --- reads -------------------------------------------------------------------------
 
@@ -110,7 +119,16 @@ class Reference:
             and ("queue", i.queue) not in self.paused
             and ("work_type", i.work_type) not in self.paused
             and (queue_filter is None or i.queue == queue_filter)
+            and not self.rate_closed(i.rate_key)
         ]
+
+    def rate_closed(self, rate_key: str | None) -> bool:
+        """The key's bucket admits nothing more (an item waiting on it stays pending)."""
+        return (
+            self.rate_burst is not None
+            and rate_key is not None
+            and self.admitted[rate_key] >= self.rate_burst
+        )
 
     def in_flight(self, attribute: str, name: str) -> int:
         return sum(1 for i in self.with_status(IN_PROGRESS) if getattr(i, attribute) == name)
@@ -132,7 +150,10 @@ class Reference:
                     count = min(count, max(0, limits[name] - self.in_flight(attribute, name)))
                 total += count
             bounds.append(total)
+        # A rate-limited claim admits from its first n candidates only, and a fair claim
+        # shares its batch among keys (some of whose items may not be claimable yet).
         exact = not (self.queue_limits and self.type_limits)
+        exact = exact and self.rate_burst is None and not self.fair_queues
         return min(n, *bounds), exact
 
     # --- transitions -------------------------------------------------------------------
@@ -162,6 +183,9 @@ class Reference:
     def claim(self, item_id: str, worker: str) -> None:
         item = self.items[item_id]
         assert item.status == PENDING
+        assert not self.rate_closed(item.rate_key), f"{item_id}: its rate key's bucket is closed"
+        if self.rate_burst is not None and item.rate_key is not None:
+            self.admitted[item.rate_key] += 1
         item.status, item.holder, item.token, item.expired = (
             IN_PROGRESS,
             worker,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,6 +46,7 @@ class LeasingMachine(ModelMachine):
         assert len(set(got)) == len(got), f"one item claimed twice in a batch: {got}"
         assert set(got) <= claimable, f"claimed {set(got) - claimable}, which are not claimable"
         assert len(got) == most if exact else len(got) <= most, (got, most)
+        self.check_turns(got, n, claimable)
         for lease in leases:
             item = self.ref.items[lease.work_item_id]
             assert (lease.worker_id, lease.token, lease.retry_count) == (
@@ -54,6 +56,26 @@ class LeasingMachine(ModelMachine):
             )
             self.ref.claim(item.id, worker)
             self.granted.append((worker, item.id, lease.token))
+
+    def check_turns(self, got: list[str], n: int, claimable: set[str]) -> None:
+        """In a fair queue no key takes more than its share of a claim: with k keys that had
+        claimable items (k <= n), at most ceil(n / k) each (the claim may count more keys,
+        whose items are not claimable yet, and so give each a smaller share)."""
+        for queue in self.ref.fair_queues:
+            keys = {
+                self.ref.items[i].fairness_key
+                for i in claimable
+                if self.ref.items[i].queue == queue and self.ref.items[i].fairness_key
+            }
+            if not keys or len(keys) > n:
+                continue
+            taken = Counter(
+                self.ref.items[i].fairness_key
+                for i in got
+                if self.ref.items[i].queue == queue and self.ref.items[i].fairness_key
+            )
+            share = -(-n // len(keys))
+            assert all(count <= share for count in taken.values()), (taken, share)
 
     @precondition(lambda self: self.ref.with_status(IN_PROGRESS))
     @rule(data=st.data())

@@ -24,6 +24,7 @@ from . import claims, recovery, writes
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
+    from ...sql.fairness import Fairness
     from ...sql.limits import Limits
     from ...sql.new_items import NewItem, RichRow
     from ...sql.renewals import Renewal
@@ -118,6 +119,23 @@ class PostgresStorage(Storage):
     def claim_range(self, column: str, values: Sequence[str]) -> Statement:
         return claims.claim_range(column, values)
 
+    def epoch(self, timestamp: str) -> str:
+        return f"extract(epoch FROM {timestamp})::float8"
+
+    def wall_clock(self) -> str:
+        return "clock_timestamp()"
+
+    def instant(self, epoch: float, *, with_offset: bool = False) -> str:
+        stamp = f"to_timestamp({float(epoch)!r})"
+        return f"({stamp} + make_interval(secs => %s))" if with_offset else stamp
+
+    def lock_limits(self, limits: Limits) -> None:
+        if limits:
+            self._run(claims.lock_limits(limits))
+
+    def collate_c(self) -> str:
+        return 'COLLATE "C"'
+
     def not_paused(self, queue_key: str, type_key: str, active_keys: str) -> str:
         return f"NOT (ARRAY[{queue_key}, {type_key}] && ARRAY({active_keys}))"
 
@@ -201,9 +219,10 @@ class PostgresStorage(Storage):
         limits: Limits,
         *,
         by_type: bool = False,
+        fairness: Fairness | None = None,
     ) -> Statement:
         return claims.complete_and_claim(
-            self, holder, done, n, terms, filters, limits, by_type=by_type
+            self, holder, done, n, terms, filters, limits, by_type=by_type, fairness=fairness
         )
 
     def complete(self, holder: str, done: list[tuple[str, int, str | None]]) -> set[LeaseKey]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...sql.candidates import MAX_BRANCHES, plain_candidates, where
 from ...sql.dependencies import EDGES
+from ...sql.fairness import Fairness, fair_candidates
 from ...sql.limits import AVAILABLE_AT, CLAIM_ORDER, Limits, limited_candidates
 from ...sql.new_items import NOTIFY_CHANNEL
 from ...sql.pauses import ACTIVE_KEYS, WORK_TYPE
@@ -64,6 +65,7 @@ def claim_ctes(
     *,
     after_done: bool = False,
     by_type: bool = False,
+    fairness: Fairness | None = None,
 ) -> Statement:
     """CTEs `candidate` and `claimed` (the claimed rows' lease columns).
 
@@ -73,7 +75,14 @@ def claim_ctes(
     advisory locks); otherwise by `leasing.sql.candidates` (`by_type`: one
     branch per work type where it can).
     """
-    if limits:
+    if fairness is not None:
+        # The caller's WITH says RECURSIVE (`leasing.sql.fairness`).
+        condition, condition_params = where(d, filters)
+        candidates, candidate_params = fair_candidates(
+            d, condition, condition_params, n, fairness, limits, after_done=after_done
+        )
+        candidates = candidates.removeprefix("RECURSIVE ")
+    elif limits:
         condition, condition_params = where(d, filters)
         candidates, candidate_params = limited_candidates(
             d, condition, condition_params, n, limits, after_done=after_done
@@ -138,6 +147,7 @@ def complete_and_claim(
     limits: Limits = NO_LIMITS,
     *,
     by_type: bool = False,
+    fairness: Fairness | None = None,
 ) -> Statement:
     """Complete finished items and claim new ones in one statement.
 
@@ -147,17 +157,27 @@ def complete_and_claim(
     items this statement completes (its snapshot still sees them in flight).
     """
     ctes, claim_params = claim_ctes(
-        d, holder, n, terms, filters, limits, after_done=True, by_type=by_type
+        d, holder, n, terms, filters, limits, after_done=True, by_type=by_type, fairness=fairness
     )
     done_columns = ", ".join(
         c if c in ("work_item_id", "lease_token") else "NULL" for c in LEASE_COLUMNS
     )
-    sql = f"""
-        WITH done AS ({_complete_batch(d)}), {ctes}
-        SELECT {", ".join(LEASE_COLUMNS)}, 'claimed' AS kind FROM claimed
-        UNION ALL
-        SELECT {done_columns}, 'done' FROM done
-    """
+    if fairness is None:
+        sql = f"""
+            WITH done AS ({_complete_batch(d)}), {ctes}
+            SELECT {", ".join(LEASE_COLUMNS)}, 'claimed' AS kind FROM claimed
+            UNION ALL
+            SELECT {done_columns}, 'done' FROM done
+        """
+    else:
+        sql = f"""
+            WITH RECURSIVE done AS ({_complete_batch(d)}), {ctes}
+            SELECT {returning("claimed")}, candidate.fairness_key, candidate.pos,
+                   'claimed' AS kind
+            FROM claimed JOIN candidate ON candidate.work_item_id = claimed.work_item_id
+            UNION ALL
+            SELECT {done_columns}, NULL, NULL, 'done' FROM done
+        """
     _, done_params = complete_batch(d, holder, done)
     return d.in_claim_order(sql), [*done_params, *claim_params]
 

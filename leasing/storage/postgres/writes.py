@@ -56,10 +56,12 @@ def insert(items: list[NewItem]) -> Statement:
         WITH inserted AS (
             INSERT INTO work_items ({COLUMNS})
             SELECT v.id, v.task_id, v.work_type, {NEW_STATUS}, v.priority, 0, 0,
-                   v.max_retries, v.run_after, v.queue_name, v.input::jsonb
+                   v.max_retries, v.run_after, v.queue_name, v.input::jsonb, v.rate_key,
+                   v.fairness_key
             FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
-                        %s::timestamptz[], %s::text[], %s::text[])
-                 AS v(id, task_id, work_type, priority, max_retries, run_after, queue_name, input)
+                        %s::timestamptz[], %s::text[], %s::text[], %s::text[], %s::text[])
+                 AS v(id, task_id, work_type, priority, max_retries, run_after, queue_name, input,
+                      rate_key, fairness_key)
             RETURNING 1
         )
         SELECT count(*) AS inserted, statement_timestamp() AS created_at,
@@ -75,6 +77,8 @@ def insert(items: list[NewItem]) -> Statement:
         [i.run_after for i in items],
         [i.queue_name for i in items],
         [i.input_json for i in items],
+        [i.rate_key for i in items],
+        [i.fairness_key for i in items],
         NOTIFY_CHANNEL,
         sorted({i.queue_name for i in items}),
     ]
@@ -112,6 +116,8 @@ def copy(using: str, items: Iterable[NewItem]) -> datetime | None:
                         i.run_after,
                         i.queue_name,
                         i.input_json,
+                        i.rate_key,
+                        i.fairness_key,
                     )
                 )
         # `prepare=False`: no server-side prepared statement (transaction poolers drop them).
@@ -132,17 +138,17 @@ def insert_rich(rows: list[RichRow], on_conflict: str, returning: str) -> Statem
     sql = f"""
         INSERT INTO work_items ({RICH_COLUMNS})
         SELECT v.id, v.task_id, v.work_type, {NEW_STATUS}, v.priority, 0, 0,
-               v.max_retries, v.run_after, v.queue_name, v.input::jsonb,
-               v.unique_key, v.unique_scope,
+               v.max_retries, v.run_after, v.queue_name, v.input::jsonb, v.rate_key,
+               v.fairness_key, v.unique_key, v.unique_scope,
                CASE WHEN v.period IS NULL THEN NULL
                     ELSE statement_timestamp() + make_interval(secs => v.period) END,
                v.dependencies_left, v.has_dependents, v.on_failure
         FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::int[],
                     %s::timestamptz[], %s::text[], %s::text[], %s::text[], %s::text[],
-                    %s::float8[], %s::int[], %s::boolean[], %s::text[])
+                    %s::text[], %s::text[], %s::float8[], %s::int[], %s::boolean[], %s::text[])
              AS v(id, task_id, work_type, priority, max_retries, run_after, queue_name, input,
-                  unique_key, unique_scope, period, dependencies_left, has_dependents,
-                  on_failure)
+                  rate_key, fairness_key, unique_key, unique_scope, period, dependencies_left,
+                  has_dependents, on_failure)
         {on_conflict}
         RETURNING {returning}
     """
@@ -156,6 +162,8 @@ def insert_rich(rows: list[RichRow], on_conflict: str, returning: str) -> Statem
         [i.run_after for i in items],
         [i.queue_name for i in items],
         [i.input_json for i in items],
+        [i.rate_key for i in items],
+        [i.fairness_key for i in items],
         [i.unique_key for i in items],
         [i.unique_scope for i in items],
         [i.unique_seconds for i in items],

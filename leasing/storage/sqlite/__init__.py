@@ -122,6 +122,16 @@ class SQLiteStorage(Storage):
     def claim_range(self, column: str, values: Sequence[str]) -> Statement:
         return "", []
 
+    def epoch(self, timestamp: str) -> str:
+        return f"((julianday({timestamp}) - 2440587.5) * 86400.0)"
+
+    def wall_clock(self) -> str:
+        return _NOW
+
+    def instant(self, epoch: float, *, with_offset: bool = False) -> str:
+        offset = ", %s" if with_offset else ""
+        return f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', {float(epoch)!r}, 'unixepoch'{offset})"
+
     def not_paused(self, queue_key: str, type_key: str, active_keys: str) -> str:
         return f"({queue_key}) NOT IN ({active_keys}) AND ({type_key}) NOT IN ({active_keys})"
 

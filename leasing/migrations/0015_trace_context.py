@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("leasing", "0013_cancellation"),
+        ("leasing", "0014_worker_runs"),
     ]
 
     operations = [
