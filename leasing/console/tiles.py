@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from .dashboard import Dashboard
 from .durations import humanize_seconds
+from .leases import STALE_INTERVALS
 
 # An item claimable for longer than this is a backlog worth a warning.
 OLDEST_PENDING_WARNING_SECONDS = 3600
@@ -42,14 +43,26 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
             "Active leases",
             f"{health.active:,}",
             f"{health.healthy:,} healthy · {health.stale_live:,} stale · "
-            f"{health.expired:,} expired",
-            "info",
+            f"{health.at_risk:,} at risk · {health.expired:,} expired",
+            "bad" if health.at_risk else "warn" if health.healthy < health.active else "info",
             f"{changelist}?status__exact=in_progress",
+        ),
+        Tile(
+            "At-risk leases",
+            f"{health.at_risk:,}",
+            "held by a silent, lost or unknown worker: nothing renews them; each expires, "
+            "then the sweep re-queues it"
+            if health.at_risk
+            else "every live lease is held by a live worker",
+            "bad" if health.at_risk else "ok",
+            f"{changelist}?lease_health=at_risk",
         ),
         Tile(
             "Stale heartbeats",
             f"{health.stale:,}",
-            f"no heartbeat for {stale_after}; {health.stale_live:,} still within their lease",
+            f"no heartbeat for {STALE_INTERVALS} of their type's heartbeat periods "
+            f"(at most {stale_after}); {health.stale_live:,} held by a live worker "
+            "within their lease",
             "warn" if health.stale else "ok",
             f"{changelist}?lease_health=stale",
         ),
@@ -80,7 +93,7 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
         Tile(
             "Alive, no progress",
             f"{health.no_progress:,}",
-            f"heartbeat fresh but no handler beat for {stale_after}: possibly stuck",
+            "heartbeat fresh but no handler beat for the stale threshold: possibly stuck",
             "warn" if health.no_progress else "ok",
             f"{changelist}?lease_health=no_progress",
         ),

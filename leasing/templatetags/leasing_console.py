@@ -43,6 +43,15 @@ def leasing_liveness(process: Any) -> SafeString:
     when a running process was not seen for three of its own intervals."""
     alive = process.liveness
     seen = format_date(localtime(process.last_seen_at), "Y-m-d H:i:s")
+    if getattr(process, "leases_at_risk", False) and not alive.silent:
+        # Lost or stopped, yet still named as the holder of leases.
+        return format_html(
+            '{} <strong class="leasing-bad-text leasing-nowrap" title="last seen {}">{}</strong>'
+            '<span class="leasing-sub">its leases are at risk until the sweep recovers them</span>',
+            badge("worker", "lost", process.status),
+            seen,
+            alive.text,
+        )
     beats = format_html(
         '<span class="leasing-sub">beats every {}; silent after {}</span>',
         humanize_seconds(alive.interval_seconds),
@@ -65,10 +74,37 @@ def leasing_liveness(process: Any) -> SafeString:
     )
 
 
+def lease_fate(expires_in: float, sweep_ok: bool) -> str:
+    """What happens to a lease nothing renews any more."""
+    if expires_in < 0:
+        left = f"expired {humanize_seconds(-expires_in)} ago"
+    else:
+        left = f"expires in {humanize_seconds(expires_in)}"
+    if sweep_ok:
+        return f"{left}, then the sweep re-queues it"
+    return f"{left}; no recovery sweep is running to re-queue it"
+
+
 @register.simple_tag
 def leasing_lease_links(row: dict[str, Any]) -> SafeString:
-    """A process row's lease links, then "all N…" when the row shows only some."""
-    links = format_html_join("", '<a href="{}">{}</a>', ((url, pk) for pk, url in row["leases"]))
+    """A process row's lease links, then "all N…" when the row shows only some.
+
+    A row at risk (its holder silent, lost or gone) says of each lease when it
+    expires and what follows."""
+    if row.get("at_risk"):
+        links = format_html_join(
+            "",
+            '<span class="leasing-at-risk-lease" data-lease="{}"><a href="{}">{}</a>'
+            '<span class="leasing-sub leasing-bad-text">{}</span></span>',
+            (
+                (pk, url, pk, lease_fate(expires_in, row.get("sweep_ok", True)))
+                for pk, url, expires_in in row["leases"]
+            ),
+        )
+    else:
+        links = format_html_join(
+            "", '<a href="{}">{}</a>', ((url, pk) for pk, url, _ in row["leases"])
+        )
     if row["more_url"] is None:
         return links
     return format_html('{}<a href="{}">all {}…</a>', links, row["more_url"], row["lease_count"])

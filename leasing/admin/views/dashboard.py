@@ -39,6 +39,21 @@ def recovery_summary(snapshot: Any) -> str:
     return " · ".join(parts)
 
 
+# Healthy workers listed before the rest fold away (problem rows are always listed).
+WORKERS_SHOWN = 10
+
+
+def fold_workers(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every problem row, then the first `WORKERS_SHOWN` healthy ones; the rest folded."""
+    problems = [r for r in rows if r["process"].problem]
+    healthy = [r for r in rows if not r["process"].problem]
+    return {
+        "workers": problems + healthy[:WORKERS_SHOWN],
+        "folded_workers": healthy[WORKERS_SHOWN:],
+        "workers_shown": WORKERS_SHOWN,
+    }
+
+
 def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> TemplateResponse:
     """Lease health, sweep health, workers, retry distribution, throughput, recoveries."""
     context = console_context(model_admin, request, "Leasing dashboard")
@@ -54,15 +69,21 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
     item_url = ChangeUrls(model_admin.admin_site.name)
     worker_url = ChangeUrls(model_admin.admin_site.name, "worker")
 
-    def lease_links(holder: str, lease_ids: tuple[str, ...], count: int) -> dict[str, Any]:
-        """A row's lease links, and the list of all its leases when it shows only some."""
+    def lease_links(
+        holder: str, leases: tuple[tuple[str, float], ...], count: int, *, at_risk: bool
+    ) -> dict[str, Any]:
+        """A row's lease links, and the list of all its leases when it shows only some.
+
+        At risk (nothing renews them): each lease says when it expires."""
         more = None
-        if count > len(lease_ids):
+        if count > len(leases):
             more = f"{context['changelist_url']}?{urlencode({'q': holder})}"
         return {
-            "leases": [(pk, item_url(pk)) for pk in lease_ids],
+            "leases": [(pk, item_url(pk), expires_in) for pk, expires_in in leases],
             "more_url": more,
             "lease_count": count,
+            "at_risk": at_risk,
+            "sweep_ok": data.sweep.ok,
         }
 
     context |= {
@@ -83,13 +104,17 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
             }
             for entry in data.recoveries
         ],
-        "workers": [
-            {"process": w, "url": worker_url(w.worker_id)}
-            | lease_links(w.worker_id, w.lease_ids, w.lease_count)
-            for w in data.workers
-        ],
+        **fold_workers(
+            [
+                {"process": w, "url": worker_url(w.worker_id)}
+                | lease_links(w.worker_id, w.leases, w.lease_count, at_risk=w.leases_at_risk)
+                for w in data.workers
+            ]
+        ),
+        "at_risk_holders": len(data.orphan_holders)
+        + sum(1 for w in data.workers if w.leases_at_risk),
         "orphans": [
-            {"holder": h} | lease_links(h.lease_holder, h.lease_ids, h.lease_count)
+            {"holder": h} | lease_links(h.lease_holder, h.leases, h.lease_count, at_risk=True)
             for h in data.orphan_holders
         ],
         "stale_after": humanize_seconds(data.lease_health.stale_after_seconds),

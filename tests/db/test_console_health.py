@@ -1,0 +1,106 @@
+"""The console never looks healthier than it is (issue 42): lease health from the
+holder's liveness, the sweep's health, the status strip, the workers panel at scale."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from leasing.models import Worker
+from tests.support.admin import claim, dashboard_url, lease_scenario, register_holders, shift
+from tests.support.helpers import database_now
+
+pytestmark = pytest.mark.django_db
+
+
+def tile(html: str, label: str) -> str:
+    """The text of the dashboard tile labelled `label`."""
+    match = re.search(
+        rf'<span class="leasing-tile-label">{re.escape(label)}.*?</a>', html, flags=re.S
+    )
+    assert match, label
+    return re.sub(r"<[^>]+>", " ", match.group(0))
+
+
+def test_a_lost_workers_leases_are_at_risk_first_and_red_until_recovered(viewer_client):
+    scenario = lease_scenario()
+    register_holders()
+    register_holders("worker-1", status="lost")  # holds the healthy and the stuck lease
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "2 at risk" in tile(html, "Active leases")
+    assert "0 healthy" in tile(html, "Active leases")  # never counted healthy
+    assert re.search(r"\b2\b", tile(html, "At-risk leases"))
+    assert "(problem)" in tile(html, "At-risk leases")
+    rows = re.findall(r'<tr class="([^"]*)" data-worker="([^"]+)" data-at-risk="(\w+)"', html)
+    assert rows[0] == ("leasing-row-bad", "worker-1", "yes")  # first, red
+    first = html.split('data-worker="worker-1"')[1].split("</tr>")[0]
+    assert scenario.healthy.work_item_id in first
+    assert re.search(r"expires in \d+ min( \d+ s)?; no recovery sweep is running", first)
+
+    # With a sweep passing, the lease says what follows its expiry.
+    Worker.objects.create(worker_id="sweeper@h", role="sweeper", hostname="h", pid=2,
+                          heartbeat_interval=60, last_scan_at=database_now())  # fmt: skip
+    html = viewer_client.get(dashboard_url()).content.decode()
+    first = html.split('data-worker="worker-1"')[1].split("</tr>")[0]
+    assert re.search(r"expires in [^<]+, then the sweep re-queues it", first)
+
+    # Recovered (no lease left): the lost row leaves the panel.
+    for item in (scenario.healthy, scenario.stuck):
+        shift(item.work_item_id, lease_expires_at=-1)
+    from leasing.models import WorkItem
+
+    WorkItem.objects.filter(lease_holder="worker-1").update(
+        status="pending", lease_holder=None, lease_expires_at=None, lease_acquired_at=None,
+        heartbeat_at=None, lease_deadline_at=None,
+    )  # fmt: skip
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert 'data-worker="worker-1"' not in html
+
+
+def test_a_silent_worker_turns_its_leases_at_risk_before_the_sweep_marks_it_lost(viewer_client):
+    lease_scenario()
+    register_holders()
+    Worker.objects.filter(pk="worker-1").update(last_seen_at=database_now() - timedelta(seconds=95))
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "2 at risk" in tile(html, "Active leases")
+    assert re.search(r'<tr class="leasing-row-bad" data-worker="worker-1" data-at-risk="yes"', html)
+
+
+def test_at_risk_filter_on_the_list_matches_the_tile(viewer_client):
+    scenario = lease_scenario()
+    register_holders("worker-2", "worker-3")
+    response = viewer_client.get("/admin/leasing/workitem/?lease_health=at_risk")
+    assert response.context["cl"].result_count == 2
+    html = response.content.decode()
+    assert scenario.healthy.work_item_id in html and scenario.stale.work_item_id not in html
+
+
+def test_sweep_late_is_not_ok_on_the_dashboard(viewer_client):
+    Worker.objects.create(worker_id="sweeper@h", role="sweeper", hostname="h", pid=2,
+                          heartbeat_interval=60,
+                          last_scan_at=database_now() - timedelta(seconds=100))  # fmt: skip
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert 'data-sweep="late"' in html and "Recovery sweep OK" not in html
+    Worker.objects.filter(pk="sweeper@h").update(last_scan_at=database_now())
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert 'data-sweep="ok"' in html and "Recovery sweep OK" in html
+
+
+def test_forty_workers_fold_healthy_ones_past_ten_problems_first(viewer_client):
+    now = database_now()
+    for i in range(40):
+        Worker.objects.create(worker_id=f"w-{i:02}", hostname="h", pid=i, heartbeat_interval=30,
+                              last_seen_at=now)  # fmt: skip
+    Worker.objects.filter(pk="w-33").update(last_seen_at=now - timedelta(seconds=200))
+    claim("task-x", "w-39")
+    Worker.objects.filter(pk="w-39").update(status="lost")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    table = html.split('id="leasing-workers-table"')[1].split("</table>")[0]
+    listed = re.findall(r'data-worker="([^"]+)"', table)
+    assert listed[:2] == ["w-39", "w-33"]  # at risk, then silent
+    assert len(listed) == 12  # the two problems and ten healthy workers
+    folded = html.split('id="leasing-workers-folded"')[1].split("</details>")[0]
+    assert "28 more healthy workers" in folded
+    assert len(re.findall(r'data-worker="', folded)) == 28
