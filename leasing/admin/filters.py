@@ -18,6 +18,7 @@ from ..conf import read_alias
 from ..console.census import STATUSES
 from ..console.choices import known_queues, known_work_types
 from ..console.leases import LEASE_HEALTH_CHOICES, lease_health_condition
+from ..console.retrying import retrying_condition
 from ..models import WorkItemQuerySet, WorkItemStatus
 
 
@@ -57,6 +58,25 @@ class LeaseHealthFilter(admin.SimpleListFilter):
         if value not in dict(LEASE_HEALTH_CHOICES):
             raise IncorrectLookupParameters(f"Unknown lease health {value!r}.")
         return queryset.in_progress().filter(lease_health_condition(value, using=queryset.db))
+
+
+class RetryingFilter(admin.SimpleListFilter):
+    """Items failing but still retrying: pending again after failed attempts
+    (`leasing.console.retrying`)."""
+
+    title = "retrying"
+    parameter_name = "retrying"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Retrying: failed, waiting for another attempt")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        value = self.value()
+        if value is None:
+            return queryset
+        if value != "yes":
+            raise IncorrectLookupParameters(f"Unknown retrying value {value!r}.")
+        return queryset.filter(retrying_condition())
 
 
 class KnownValuesFilter(admin.SimpleListFilter):

@@ -14,6 +14,7 @@ from .leases import LeaseHealthSummary, lease_health
 from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
 from .queues import QueueRow, queue_table
 from .replica import ReplicaLag, replica_lag
+from .retrying import retrying_count
 from .timeline import CheckpointEntry, recent_recoveries
 
 
@@ -35,6 +36,9 @@ class Dashboard:
     # A day or a week: the window's finished figures start on this hour, and
     # its run-time percentiles are read from histograms.
     rolled_from: datetime | None = None
+    # Items failing but still retrying (`console.retrying`), and whether the count was capped.
+    retrying: int = 0
+    retrying_capped: bool = False
 
 
 def build_dashboard(
@@ -77,8 +81,11 @@ def build_dashboard(
         cancelled=totals["cancelled"][0],
         estimated=frozenset(s for s, (_, estimated) in totals.items() if estimated),
     )
+    retrying, retrying_capped = retrying_count(using=using)
     return Dashboard(
         now=now,
+        retrying=retrying,
+        retrying_capped=retrying_capped,
         lease_health=health,
         backlog=pending,
         statuses=statuses,

@@ -91,6 +91,15 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
             f"{changelist}?status__exact=pending",
         ),
         Tile(
+            "Retrying",
+            f"{'more than ' if data.retrying_capped else ''}{data.retrying:,}",
+            "failed and waiting for another attempt (their errors are in Top errors)"
+            if data.retrying
+            else "no item is failing and waiting for a retry",
+            "warn" if data.retrying else "ok",
+            f"{changelist}?retrying=yes",
+        ),
+        Tile(
             "Alive, no progress",
             f"{health.no_progress:,}",
             "heartbeat fresh but no handler beat for the stale threshold: possibly stuck",

@@ -14,7 +14,7 @@ from ...console.charts import retry_chart, throughput_chart
 from ...console.dashboard import build_dashboard
 from ...console.durations import humanize_seconds
 from ...console.tiles import tiles
-from ..display import ChangeUrls, pretty_json
+from ..display import ChangeUrls, errors_visible, pretty_json
 from ..forms import DashboardForm
 from .common import console_context, render_console
 
@@ -99,7 +99,9 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
             {
                 "entry": entry,
                 "item_url": item_url(entry.work_item_id) if entry.work_item_id else None,
-                "summary": recovery_summary(entry.snapshot) if include_payloads else None,
+                "summary": recovery_summary(entry.snapshot)
+                if errors_visible(request.user)
+                else None,
                 "snapshot": pretty_json(entry.snapshot) if include_payloads else None,
             }
             for entry in data.recoveries
