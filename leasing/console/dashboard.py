@@ -7,7 +7,7 @@ from datetime import datetime
 
 from ..sql.runner import database_now
 from ..states import WorkItemStatus
-from .backlog import Backlog, Throughput, backlog, pending_pairs, throughput
+from .backlog import Backlog, Throughput, active_pauses, backlog, pending_pairs, throughput
 from .census import FINISHED, RetryDistribution, StatusCounts, status_count
 from .finished import finished_for, is_rolled
 from .leases import LeaseHealthSummary, lease_health
@@ -39,6 +39,7 @@ class Dashboard:
     # Items failing but still retrying (`console.retrying`), and whether the count was capped.
     retrying: int = 0
     retrying_capped: bool = False
+    pauses: frozenset[tuple[str, str]] = frozenset()  # active: {(kind, name)}
 
 
 def build_dashboard(
@@ -67,7 +68,8 @@ def build_dashboard(
     workers, orphans = live_workers(now=now, using=using)
     health = lease_health(using=using)
     pairs = pending_pairs(using=using)  # read once: the backlog and the queue table
-    pending = backlog(now=now, using=using, pairs=pairs)
+    pauses = active_pauses(using=using)
+    pending = backlog(now=now, using=using, pairs=pairs, pauses=pauses)
     window = finished_for(window_minutes=window_minutes, now=now, using=using)
     totals = {
         status: status_count(status, using=using)
@@ -86,6 +88,7 @@ def build_dashboard(
         now=now,
         retrying=retrying,
         retrying_capped=retrying_capped,
+        pauses=pauses,
         lease_health=health,
         backlog=pending,
         statuses=statuses,

@@ -66,7 +66,12 @@ class QueueRow:
 
     @property
     def claimable(self) -> int:
-        return self.pending - self.deferred - self.blocked
+        """Due and unblocked, and not held by a pause."""
+        return 0 if self.paused else self.pending - self.deferred - self.blocked
+
+    @property
+    def held_by_pause(self) -> int:
+        return self.pending - self.deferred - self.blocked if self.paused else 0
 
     @property
     def failure_rate(self) -> float | None:

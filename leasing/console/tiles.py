@@ -77,6 +77,7 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
             "Pending backlog",
             f"{backlog.pending:,}",
             f"{backlog.claimable:,} claimable · {backlog.deferred:,} waiting for run_after"
+            + (f" · {backlog.paused:,} held by a pause" if backlog.paused else "")
             + (f" · {backlog.blocked:,} waiting for dependencies" if backlog.blocked else ""),
             "info",
             f"{changelist}?status__exact=pending",
@@ -84,7 +85,7 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
         Tile(
             "Oldest pending",
             humanize_seconds(oldest),
-            "age of the oldest claimable item since it was enqueued"
+            "age of the oldest claimable item since it was enqueued (paused ones excluded)"
             if oldest is not None
             else "nothing is waiting",
             "warn" if oldest is not None and oldest > OLDEST_PENDING_WARNING_SECONDS else "ok",

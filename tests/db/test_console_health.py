@@ -104,3 +104,63 @@ def test_forty_workers_fold_healthy_ones_past_ten_problems_first(viewer_client):
     folded = html.split('id="leasing-workers-folded"')[1].split("</details>")[0]
     assert "28 more healthy workers" in folded
     assert len(re.findall(r'data-worker="', folded)) == 28
+
+
+def strip_entries(html: str) -> dict[str, tuple[str, str]]:
+    """`{key: (level, text)}` of the status strip."""
+    strip = html.split('id="leasing-status-strip"')[1].split("</ul>")[0]
+    return {
+        key: (level, re.sub(r"<[^>]+>", "", text).strip())
+        for key, level, text in re.findall(
+            r'data-strip="([^"]+)" data-level="(\w+)">(.*?)</li>', strip, flags=re.S
+        )
+    }
+
+
+def test_a_paused_queue_shows_in_the_strip_and_its_items_are_not_claimable(viewer_client):
+    from leasing import enqueue, pause
+
+    for i in range(3):
+        enqueue(f"b{i}", "send_invoice", queue_name="billing")
+    enqueue("m0", "resize_image", queue_name="media")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert strip_entries(html)["pauses"] == ("ok", "Nothing paused")
+    assert "4 claimable" in tile(html, "Pending backlog")
+
+    pause(queue="billing", by="ops", reason="billing provider down")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    entries = strip_entries(html)
+    assert entries["pause-queue-billing"] == ("warn", "Queue billing paused: 3 items held")
+    assert "pauses" not in entries
+    backlog = tile(html, "Pending backlog")
+    assert "1 claimable" in backlog and "3 held by a pause" in backlog
+    row = html.split('data-queue="billing"')[1].split("</tr>")[0]
+    assert 'data-held-by-pause="3"' in row and "claimable" not in row
+    # The strip's other facts, at their true level.
+    assert entries["sweep"][0] == "bad" and entries["unserved"][0] == "bad"
+    assert entries["at-risk"] == ("ok", "No lease at risk")
+
+
+def test_paused_items_do_not_age_the_oldest_pending_warning(viewer_client):
+    from leasing import enqueue, pause
+    from leasing.models import WorkItem
+
+    old = enqueue("old", "send_invoice", queue_name="billing")
+    WorkItem.objects.filter(pk=old.pk).update(created_at=database_now() - timedelta(hours=3))
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "(attention)" in tile(html, "Oldest pending")
+    pause(queue="billing", by="ops", reason="hold")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "(attention)" not in tile(html, "Oldest pending")
+    assert "nothing is waiting" in tile(html, "Oldest pending")
+
+
+def test_the_strip_says_when_leases_are_at_risk_and_the_sweep_is_late(viewer_client):
+    lease_scenario()
+    register_holders("worker-2", "worker-3")
+    Worker.objects.create(worker_id="sweeper@h", role="sweeper", hostname="h", pid=2,
+                          heartbeat_interval=60,
+                          last_scan_at=database_now() - timedelta(seconds=100))  # fmt: skip
+    entries = strip_entries(viewer_client.get(dashboard_url()).content.decode())
+    assert entries["at-risk"] == ("bad", "2 leases at risk")
+    assert entries["sweep"] == ("warn", "Recovery sweep late")

@@ -13,6 +13,7 @@ from ...conf import WRITE_DATABASE, read_alias
 from ...console.charts import retry_chart, throughput_chart
 from ...console.dashboard import build_dashboard
 from ...console.durations import humanize_seconds
+from ...console.strip import status_strip
 from ...console.tiles import tiles
 from ..display import ChangeUrls, errors_visible, pretty_json
 from ..forms import DashboardForm
@@ -93,6 +94,11 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
         "window_label": DashboardForm.WINDOWS.get(window, f"{window} min"),
         "refresh": refresh,
         "tiles": tiles(data, context["changelist_url"]),
+        "strip": status_strip(
+            data,
+            context["changelist_url"],
+            reverse(f"{model_admin.admin_site.name}:leasing_workitem_pauses"),
+        ),
         "retry_chart": retry_chart(data.retries),
         "throughput_chart": throughput_chart(data.throughput),
         "recoveries": [
