@@ -50,8 +50,7 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
         Tile(
             "At-risk leases",
             f"{health.at_risk:,}",
-            "held by a silent, lost or unknown worker: nothing renews them; each expires, "
-            "then the sweep re-queues it"
+            "holder silent, lost or unknown: each expires, then the sweep re-queues it"
             if health.at_risk
             else "every live lease is held by a live worker",
             "bad" if health.at_risk else "ok",
@@ -60,9 +59,8 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
         Tile(
             "Stale heartbeats",
             f"{health.stale:,}",
-            f"no heartbeat for {STALE_INTERVALS} of their type's heartbeat periods "
-            f"(at most {stale_after}); {health.stale_live:,} held by a live worker "
-            "within their lease",
+            f"no heartbeat for {STALE_INTERVALS} of their type's periods (at most "
+            f"{stale_after}); {health.stale_live:,} of them live",
             "warn" if health.stale else "ok",
             f"{changelist}?lease_health=stale",
         ),

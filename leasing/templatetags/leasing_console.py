@@ -38,25 +38,35 @@ def percent(fraction: Any) -> str:
 
 
 @register.simple_tag
-def leasing_liveness(process: Any) -> SafeString:
+def leasing_liveness(process: Any, compact: bool = False) -> SafeString:
     """Status and liveness of one process (a console ProcessInfo): red "silent …"
-    when a running process was not seen for three of its own intervals."""
+    when a running process was not seen for three of its own intervals.
+
+    `compact` (a healthy row of a long list): its intervals go in a tooltip."""
     alive = process.liveness
     seen = format_date(localtime(process.last_seen_at), "Y-m-d H:i:s")
     if getattr(process, "leases_at_risk", False) and not alive.silent:
         # Lost or stopped, yet still named as the holder of leases.
         return format_html(
             '{} <strong class="leasing-bad-text leasing-nowrap" title="last seen {}">{}</strong>'
-            '<span class="leasing-sub">its leases are at risk until the sweep recovers them</span>',
+            '<span class="leasing-sub">leases at risk until recovered</span>',
             badge("worker", "lost", process.status),
             seen,
             alive.text,
         )
-    beats = format_html(
-        '<span class="leasing-sub">beats every {}; silent after {}</span>',
-        humanize_seconds(alive.interval_seconds),
-        humanize_seconds(alive.limit_seconds),
+    intervals = (
+        f"beats every {humanize_seconds(alive.interval_seconds)}; "
+        f"silent after {humanize_seconds(alive.limit_seconds)}"
     )
+    beats = format_html('<span class="leasing-sub">{}</span>', intervals)
+    if compact and not alive.silent:
+        return format_html(
+            '{} <span class="leasing-nowrap" title="last seen {}; {}">{}</span>',
+            badge("worker", process.status, process.status),
+            seen,
+            intervals,
+            alive.text,
+        )
     if alive.silent:
         return format_html(
             '{} <strong class="leasing-bad-text leasing-nowrap" title="last seen {}">{}</strong>{}',

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import signal
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -208,3 +209,29 @@ def test_a_view_only_user_sees_no_error_text_anywhere(live_server, page, failure
     page.goto(f"{live_server.url}/admin/leasing/workitem/{item}/change/")
     assert "Error text hidden" in page.locator("body").inner_text()
     shot(page, "item-error-hidden-for-viewer")
+
+
+def test_forty_registered_workers_keep_the_dashboard_under_two_screens(live_server, page):
+    operator()
+    for i in range(40):
+        Worker.objects.create(worker_id=f"worker-{i:02}", hostname=f"host-{i % 4}", pid=100 + i,
+                              heartbeat_interval=30, work_types=["test.noop"])  # fmt: skip
+    items = enqueue_many([{"task_id": f"t-{i}", "work_type": "test.noop"} for i in range(40)])
+    for i, item in enumerate(items):  # every worker holds a lease
+        WorkItem.objects.filter(pk=item.pk).update(
+            status="in_progress", lease_holder=f"worker-{i:02}", lease_token=1,
+            lease_acquired_at=item.created_at, heartbeat_at=item.created_at,
+            lease_expires_at=item.created_at + timedelta(minutes=5),
+            lease_deadline_at=item.created_at + timedelta(hours=1),
+        )  # fmt: skip
+    Worker.objects.filter(pk="worker-07").update(status="lost")
+    log_in(page, live_server, "operator")
+    assert page.goto(f"{live_server.url}{DASHBOARD}").status == 200
+    screen = page.viewport_size["height"]
+    height = page.evaluate("document.documentElement.scrollHeight")
+    shot(page, "dashboard-40-workers")
+    assert height < 2 * screen, height
+    rows = page.locator("#leasing-workers-table tbody tr")
+    assert rows.first.get_attribute("data-worker") == "worker-07"  # the problem first
+    assert rows.count() == 11
+    assert "29 more healthy workers" in page.locator("#leasing-workers-folded summary").inner_text()
