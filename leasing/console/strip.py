@@ -83,8 +83,10 @@ def status_strip(data: Dashboard, changelist: str, pauses_url: str) -> list[Stri
         )
     lag = data.replica
     if lag is not None:
-        bad = lag.paused or lag.seconds is None or lag.seconds > REPLICA_LAG_BAD_SECONDS
-        entries.append(
-            StripEntry("replica", f"Replica {lag.alias} lag {lag.text}", "bad" if bad else "ok")
-        )
+        if not lag.measured or not lag.is_replica:
+            text, level = lag.text[0].upper() + lag.text[1:], "ok" if lag.measured else "warn"
+        else:
+            bad = lag.paused or lag.seconds is None or lag.seconds > REPLICA_LAG_BAD_SECONDS
+            text, level = f"Replica {lag.alias} lag {lag.text}", "bad" if bad else "ok"
+        entries.append(StripEntry("replica", text, level))
     return entries

@@ -164,3 +164,21 @@ def test_the_strip_says_when_leases_are_at_risk_and_the_sweep_is_late(viewer_cli
     entries = strip_entries(viewer_client.get(dashboard_url()).content.decode())
     assert entries["at-risk"] == ("bad", "2 leases at risk")
     assert entries["sweep"] == ("warn", "Recovery sweep late")
+
+
+def test_the_strip_shows_the_replicas_lag_only_when_a_replica_is_read():
+    from dataclasses import replace
+
+    from leasing.console import build_dashboard
+    from leasing.console.replica import ReplicaLag
+    from leasing.console.strip import status_strip
+
+    data = build_dashboard()
+    keys = [e.key for e in status_strip(data, "/list/", "/pauses/")]
+    assert "replica" not in keys
+    lagging = replace(data, replica=ReplicaLag("replica", True, True, 95.0, 4096, False))
+    [entry] = [e for e in status_strip(lagging, "/list/", "/pauses/") if e.key == "replica"]
+    assert entry.level == "bad" and entry.text.startswith("Replica replica lag 1 min 35 s")
+    fresh = replace(data, replica=ReplicaLag("replica", True, True, 0.5, 0, False))
+    [entry] = [e for e in status_strip(fresh, "/list/", "/pauses/") if e.key == "replica"]
+    assert entry.level == "ok"
