@@ -150,7 +150,8 @@ class LeasingSettings:
     #: Expired items the sweep recovers per transaction, so one pass never holds many row locks
     #: at once.
     sweep_batch_size: int = 2000
-    #: Seconds after which the console calls a heartbeat stale; above every heartbeat interval
+    #: The most seconds before the console calls a heartbeat stale (each work type's threshold
+    #: is three of its heartbeat periods, at most this); above every heartbeat interval
     #: (leasing.W004).
     stale_heartbeat: float = 120.0
     #: Seconds an idle worker waits between claims (+/-20% jitter): the only wake-up on SQLite,

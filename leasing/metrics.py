@@ -164,6 +164,7 @@ class LeasingCollector:
         leases = families["leases"]
         leases.add_metric([LeaseHealth.HEALTHY], health.healthy)
         leases.add_metric([LeaseHealth.STALE], health.stale_live)
+        leases.add_metric(["at_risk"], health.at_risk)
         leases.add_metric([LeaseHealth.EXPIRED], health.expired)
         families["leases_without_progress"].add_metric([], health.no_progress)
         families["pending_deferred"].add_metric([], pending.deferred)
@@ -227,11 +228,13 @@ class LeasingCollector:
             "active_leases": gauge("active_leases", "Work items in progress (leased)."),
             "stale_leases": gauge(
                 "stale_leases",
-                "In-progress work items whose heartbeat is older than STALE_HEARTBEAT.",
+                "In-progress work items whose heartbeat is older than their type's stale "
+                "threshold (three heartbeat periods, at most STALE_HEARTBEAT).",
             ),
             "leases": gauge(
                 "leases",
-                "In-progress work items by lease health (healthy, stale, expired awaiting sweep).",
+                "In-progress work items by lease health (healthy, stale, at_risk: held by a "
+                "silent or lost worker, expired awaiting sweep).",
                 ["health"],
             ),
             "leases_without_progress": gauge(

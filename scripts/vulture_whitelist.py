@@ -180,6 +180,8 @@ _.renew_lease  # LeaseManager.renew_lease (the spec's API; the keepers renew in 
 _.extensions  # LeaseExtender.extensions: how many extensions it made
 _.on_failure  # leasing.waiting_on(...).on_failure
 _.RESTING  # leasing.transitions: the statuses a row may rest in (the tests' database guard)
+_.with_lease_health  # WorkItem.objects: users' own reports (one global STALE_HEARTBEAT)
+_.without_progress
 _.LISTENING  # sql/wakes.py: matches listener sessions in pg_stat_activity (monitoring, bench)
 
 # --- The console's read models: facts a read computed, which the tests check ---------------

@@ -67,7 +67,9 @@ def confirmation_page(
     post_url: str,
     hidden: dict[str, str],
     cancel_url: str,
+    listing: list[dict[str, Any]] | None = None,
 ) -> TemplateResponse:
+    """`listing`: the items the action will touch, shown above the form (the first ones)."""
     text = ACTION_TEXT[action]
     site = modeladmin.admin_site
     context = {
@@ -83,6 +85,7 @@ def confirmation_page(
         "post_url": post_url,
         "hidden": {**hidden, BULK_FIELD: "yes"},
         "cancel_url": cancel_url,
+        "listing": listing or [],
     }
     request.current_app = site.name
     return TemplateResponse(request, "admin/leasing/workitem/bulk_confirmation.html", context)

@@ -29,6 +29,50 @@ def payloads_visible(user: Any) -> bool:
     return bool(user.has_perm(PAYLOAD_PERMISSION))
 
 
+# --- error text: one rule for every page, list, fragment and tooltip ----------------------------
+#
+# An error message or a traceback quotes the data it failed on (an account
+# name, a card number), so it is payload: shown only to `leasing.view_payload`
+# holders. Every place that renders error text asks `errors_visible` (or
+# `error_text`); the exception type alone (`KeyError`) is not error text.
+
+ERROR_HIDDEN = (
+    "Error text hidden: it needs the “Can view work item and checkpoint payloads” permission."
+)
+
+
+def errors_visible(user: Any) -> bool:
+    """Whether `user` may read error messages and tracebacks (the payload permission)."""
+    return payloads_visible(user)
+
+
+def error_text(user: Any, text: str | None) -> str | None:
+    """`text` for a user allowed to read it; `ERROR_HIDDEN` (or None: no text) otherwise."""
+    if not text:
+        return None
+    return text if errors_visible(user) else ERROR_HIDDEN
+
+
+def hide_error_fields(fieldsets: list[Any], user: Any) -> list[Any]:
+    """The item page's fieldsets with `error_message` replaced for users who may not read it."""
+    if errors_visible(user):
+        return fieldsets
+    return [
+        (name, {**options, "fields": tuple(
+            "error_message_hidden" if f == "error_message" else f for f in options["fields"]
+        )})
+        for name, options in fieldsets
+    ]  # fmt: skip
+
+
+@admin.display(description="error message")
+def error_message_hidden(model_admin: Any, obj: WorkItem) -> SafeString | str:
+    """The item page's error field for users without the payload permission."""
+    if not obj.error_message:
+        return EMPTY
+    return format_html('<span class="leasing-redacted">{}</span>', ERROR_HIDDEN)
+
+
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 

@@ -17,7 +17,9 @@ from django.http import HttpRequest
 from ..conf import read_alias
 from ..console.census import STATUSES
 from ..console.choices import known_queues, known_work_types
-from ..models import LeaseHealth, WorkItemQuerySet, WorkItemStatus
+from ..console.leases import LEASE_HEALTH_CHOICES, lease_health_condition
+from ..console.retrying import retrying_condition
+from ..models import WorkItemQuerySet, WorkItemStatus
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -39,25 +41,42 @@ class StatusFilter(admin.SimpleListFilter):
 
 
 class LeaseHealthFilter(admin.SimpleListFilter):
-    """Healthy / stale heartbeat / expired awaiting sweep, via the `in_progress` partial index."""
+    """Healthy / stale / at risk / expired / no progress, as the dashboard counts them
+    (`leasing.console.leases`), via the `in_progress` partial index."""
 
     title = "lease health"
     parameter_name = "lease_health"
-    NO_PROGRESS = "no_progress"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [*LeaseHealth.choices, (self.NO_PROGRESS, "Alive, no progress")]
+        return list(LEASE_HEALTH_CHOICES)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         value = self.value()
         if value is None:
             return queryset
         assert isinstance(queryset, WorkItemQuerySet)  # a filter of the work items list
-        if value == self.NO_PROGRESS:
-            return queryset.without_progress()
-        if value in LeaseHealth.values:
-            return queryset.with_lease_health(value)
-        raise IncorrectLookupParameters(f"Unknown lease health {value!r}.")
+        if value not in dict(LEASE_HEALTH_CHOICES):
+            raise IncorrectLookupParameters(f"Unknown lease health {value!r}.")
+        return queryset.in_progress().filter(lease_health_condition(value, using=queryset.db))
+
+
+class RetryingFilter(admin.SimpleListFilter):
+    """Items failing but still retrying: pending again after failed attempts
+    (`leasing.console.retrying`)."""
+
+    title = "retrying"
+    parameter_name = "retrying"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Retrying: failed, waiting for another attempt")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        value = self.value()
+        if value is None:
+            return queryset
+        if value != "yes":
+            raise IncorrectLookupParameters(f"Unknown retrying value {value!r}.")
+        return queryset.filter(retrying_condition())
 
 
 class KnownValuesFilter(admin.SimpleListFilter):

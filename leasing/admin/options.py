@@ -37,7 +37,13 @@ from ..console.failures import item_failures
 from ..models import Checkpoint, IdempotencyKey, WorkItem, WorkItemStatus
 from . import actions, display, views
 from .base import ReadOnlyAdmin, WorkItemLinkColumn
-from .filters import LeaseHealthFilter, QueueFilter, StatusFilter, WorkTypeFilter
+from .filters import (
+    LeaseHealthFilter,
+    QueueFilter,
+    RetryingFilter,
+    StatusFilter,
+    WorkTypeFilter,
+)
 
 # --- work items -------------------------------------------------------------------------------
 
@@ -57,7 +63,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
         "lease_holder",
         "created_at",
     )
-    list_filter = (StatusFilter, LeaseHealthFilter, WorkTypeFilter, QueueFilter)
+    list_filter = (StatusFilter, LeaseHealthFilter, WorkTypeFilter, QueueFilter, RetryingFilter)
     search_fields = ("=work_item_id", "=task_id", "=lease_holder")
     search_columns = ("work_item_id", "task_id", "lease_holder")
     search_upper = ("work_item_id",)
@@ -164,7 +170,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
     payload_fields = ("input_payload", "output_payload")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        fieldsets = list(self.fieldsets)
+        fieldsets = display.hide_error_fields(list(self.fieldsets), request.user)
         if obj is not None and tracing.trace_id(obj.trace_context) is not None:
             fieldsets.append(("Tracing", {"fields": ("trace",)}))
         if display.payloads_visible(request.user):
@@ -172,7 +178,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
         return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        fields = list(self.readonly_fields)
+        fields = [*self.readonly_fields, "error_message_hidden"]
         if display.payloads_visible(request.user):
             fields += self.payload_fields
         return fields
@@ -191,6 +197,8 @@ class WorkItemAdmin(ReadOnlyAdmin):
             template.format(trace_id=trace_id),
             trace_id,
         )
+
+    error_message_hidden = display.error_message_hidden
 
     input_payload = display.payload_column("input_data", "input data")
     output_payload = display.payload_column("output_data", "output data")
@@ -230,7 +238,9 @@ class WorkItemAdmin(ReadOnlyAdmin):
         if obj is not None:
             visible = display.payloads_visible(request.user)
             context["payloads_visible"] = visible
-            context["failures"] = item_failures(obj, include_payloads=visible, using=read_alias())
+            context["failures"] = item_failures(
+                obj, include_payloads=display.errors_visible(request.user), using=read_alias()
+            )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
 

@@ -9,8 +9,9 @@ from typing import Any
 from django.db.models import Count, Min, Q
 from django.db.models.functions import Now
 
-from ..models import WorkItem, WorkItemStatus
+from ..models import Pause, WorkItem, WorkItemStatus
 from ..sql.runner import database_now
+from ..states import PauseKind
 from .census import CompletedAndFailed, FinishedTotals
 from .durations import age
 from .finished import FinishedWindow, finished_for, per_bucket
@@ -28,10 +29,24 @@ class Backlog:
     oldest_created_at: datetime | None
     oldest_age_seconds: float | None
     blocked: int = 0  # pending, waiting for dependencies (counted in `pending`)
+    # Pending, due and unblocked, but of a paused queue or work type: held, not claimable.
+    paused: int = 0
 
     @property
     def claimable(self) -> int:
-        return self.pending - self.deferred - self.blocked
+        return self.pending - self.deferred - self.blocked - self.paused
+
+
+Pauses = frozenset[tuple[str, str]]  # active pauses: {(kind, name)}
+
+
+def active_pauses(*, using: str = "default") -> Pauses:
+    """The active pauses, `{(kind, name)}` (a handful of rows)."""
+    return frozenset(Pause.objects.using(using).active().values_list("kind", "name"))
+
+
+def is_paused(pauses: Pauses, queue_name: str, work_type: str) -> bool:
+    return (PauseKind.QUEUE, queue_name) in pauses or (PauseKind.WORK_TYPE, work_type) in pauses
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,23 +104,30 @@ def backlog(
     now: datetime | None = None,
     using: str = "default",
     pairs: tuple[PendingPair, ...] | None = None,
+    pauses: Pauses | None = None,
 ) -> Backlog:
     """The whole backlog, summed from `pending_pairs` (read here unless given).
 
     The oldest *claimable* item is the one a worker should already have taken;
     items deferred by a retry backoff or a future `run_after` wait on purpose,
-    and items blocked by dependencies wait for those; both are counted
-    separately. Its age is measured from enqueueing.
+    items blocked by dependencies wait for those, and items of a paused queue
+    or work type wait for someone to resume it: all are counted separately,
+    and none of them is claimable or ages the oldest. Its age is measured from
+    enqueueing.
     """
     now = now or database_now(using)
     pairs = pending_pairs(using=using) if pairs is None else pairs
-    oldest = min((p.oldest_claimable_at for p in pairs if p.oldest_claimable_at), default=None)
+    pauses = active_pauses(using=using) if pauses is None else pauses
+    running = [p for p in pairs if not is_paused(pauses, p.queue_name, p.work_type)]
+    held = [p for p in pairs if is_paused(pauses, p.queue_name, p.work_type)]
+    oldest = min((p.oldest_claimable_at for p in running if p.oldest_claimable_at), default=None)
     return Backlog(
         pending=sum(p.pending for p in pairs),
         deferred=sum(p.deferred for p in pairs),
         oldest_created_at=oldest,
         oldest_age_seconds=age(now, oldest),
         blocked=sum(p.blocked for p in pairs),
+        paused=sum(p.pending - p.deferred - p.blocked for p in held),
     )
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from ..sql.runner import database_now
 from ..states import WorkItemStatus
-from .backlog import Backlog, Throughput, backlog, pending_pairs, throughput
+from .backlog import Backlog, Throughput, active_pauses, backlog, pending_pairs, throughput
 from .census import FINISHED, RetryDistribution, StatusCounts, status_count
 from .finished import finished_for, is_rolled
 from .leases import LeaseHealthSummary, lease_health
@@ -15,6 +15,7 @@ from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, swe
 from .queues import QueueRow, queue_table
 from .rates import RateRow, rate_table
 from .replica import ReplicaLag, replica_lag
+from .retrying import retrying_count
 from .timeline import CheckpointEntry, recent_recoveries
 
 
@@ -38,6 +39,10 @@ class Dashboard:
     # A day or a week: the window's finished figures start on this hour, and
     # its run-time percentiles are read from histograms.
     rolled_from: datetime | None = None
+    # Items failing but still retrying (`console.retrying`), and whether the count was capped.
+    retrying: int = 0
+    retrying_capped: bool = False
+    pauses: frozenset[tuple[str, str]] = frozenset()  # active: {(kind, name)}
 
 
 def build_dashboard(
@@ -66,7 +71,8 @@ def build_dashboard(
     workers, orphans = live_workers(now=now, using=using)
     health = lease_health(using=using)
     pairs = pending_pairs(using=using)  # read once: the backlog and the queue table
-    pending = backlog(now=now, using=using, pairs=pairs)
+    pauses = active_pauses(using=using)
+    pending = backlog(now=now, using=using, pairs=pairs, pauses=pauses)
     window = finished_for(window_minutes=window_minutes, now=now, using=using)
     totals = {
         status: status_count(status, using=using)
@@ -80,8 +86,12 @@ def build_dashboard(
         cancelled=totals["cancelled"][0],
         estimated=frozenset(s for s, (_, estimated) in totals.items() if estimated),
     )
+    retrying, retrying_capped = retrying_count(using=using)
     return Dashboard(
         now=now,
+        retrying=retrying,
+        retrying_capped=retrying_capped,
+        pauses=pauses,
         lease_health=health,
         backlog=pending,
         statuses=statuses,

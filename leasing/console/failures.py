@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..models import Checkpoint, CheckpointType, WorkItem, WorkItemStatus
+from .retrying import retrying
 
 ATTEMPTS_SHOWN = 100
 CHECKPOINTS_READ = 500
@@ -250,6 +251,13 @@ def group_key(kind: str, message: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ErrorGroup:
+    """Items whose last error has one exception type and normalised message.
+
+    `failed`: failed for good; `retrying`: failing but waiting for another
+    attempt. `messages`: the group's distinct raw messages with their counts,
+    most frequent first (error text: shown only with the payload permission).
+    """
+
     key: str
     exception_type: str
     message: str
@@ -258,10 +266,16 @@ class ErrorGroup:
     first_at: datetime
     last_at: datetime
     examples: tuple[str, ...]  # work item ids, newest first
+    failed: int = 0
+    retrying: int = 0
+    messages: tuple[tuple[str, int], ...] = ()
 
 
 FAILED_ROWS_READ = 20_000
 EXAMPLES_SHOWN = 3
+MESSAGES_SHOWN = 5
+RAW_MESSAGE_LENGTH = 500
+NO_MESSAGE = "(no error message)"
 
 
 def failed_in_window(start: datetime, *, using: str = "default") -> Any:
@@ -274,44 +288,72 @@ def failed_in_window(start: datetime, *, using: str = "default") -> Any:
     )
 
 
-def error_groups(start: datetime, *, using: str = "default") -> tuple[tuple[ErrorGroup, ...], bool]:
-    """Failed items since `start` by exception type and normalised message, largest first.
-
-    Reads at most `FAILED_ROWS_READ` failed items (the newest); the flag says
-    whether there were more.
-    """
-    rows = list(
-        failed_in_window(start, using=using).values_list(
-            "work_item_id", "work_type", "error_message", "completed_at"
-        )[: FAILED_ROWS_READ + 1]
+def retrying_in_window(start: datetime, *, using: str = "default") -> Any:
+    """Items retrying whose last attempt failed since `start` (`console.retrying`)."""
+    return (
+        retrying(using=using).filter(updated_at__gte=start).order_by("-updated_at", "-work_item_id")
     )
-    truncated = len(rows) > FAILED_ROWS_READ
-    grouped: dict[tuple[str, str], list[tuple[str, str, datetime]]] = defaultdict(list)
-    for item_id, work_type, error, completed_at in rows[:FAILED_ROWS_READ]:
-        grouped[normalise(error or "(no error message)")].append((item_id, work_type, completed_at))
-    groups = [
-        ErrorGroup(
-            key=group_key(kind, message),
-            exception_type=kind,
-            message=message,
-            count=len(members),
-            work_types=tuple(sorted({m[1] for m in members})),
-            first_at=min(m[2] for m in members),
-            last_at=max(m[2] for m in members),
-            examples=tuple(m[0] for m in members[:EXAMPLES_SHOWN]),
+
+
+def _window_rows(
+    start: datetime, *, using: str, final_only: bool
+) -> tuple[list[tuple[str, str, str | None, datetime, str]], bool]:
+    """`(item id, work type, error, failed at, status)` of the window, newest first."""
+    columns = ("work_item_id", "work_type", "error_message")
+    failed = failed_in_window(start, using=using).values_list(*columns, "completed_at", "status")
+    rows = list(failed[: FAILED_ROWS_READ + 1])
+    if not final_only:
+        pending = retrying_in_window(start, using=using).values_list(
+            *columns, "updated_at", "status"
         )
-        for (kind, message), members in grouped.items()
-    ]
+        rows += list(pending[: FAILED_ROWS_READ + 1])
+        rows.sort(key=lambda r: (r[3], r[0]), reverse=True)
+    return rows[:FAILED_ROWS_READ], len(rows) > FAILED_ROWS_READ
+
+
+def error_groups(
+    start: datetime, *, using: str = "default", final_only: bool = False
+) -> tuple[tuple[ErrorGroup, ...], bool]:
+    """Items failed since `start` by exception type and normalised message, largest first.
+
+    Items failed for good, and (unless `final_only`) items failing but still
+    retrying. Reads at most `FAILED_ROWS_READ` items (the newest); the flag
+    says whether there were more.
+    """
+    rows, truncated = _window_rows(start, using=using, final_only=final_only)
+    grouped: dict[tuple[str, str], list[tuple[str, str, datetime, str, str]]] = defaultdict(list)
+    for item_id, work_type, error, at, status in rows:
+        raw = error or NO_MESSAGE
+        grouped[normalise(raw)].append((item_id, work_type, at, status, raw))
+    groups = []
+    for (kind, message), members in grouped.items():
+        raw_counts = Counter(m[4][:RAW_MESSAGE_LENGTH] for m in members)
+        groups.append(
+            ErrorGroup(
+                key=group_key(kind, message),
+                exception_type=kind,
+                message=message,
+                count=len(members),
+                work_types=tuple(sorted({m[1] for m in members})),
+                first_at=min(m[2] for m in members),
+                last_at=max(m[2] for m in members),
+                examples=tuple(m[0] for m in members[:EXAMPLES_SHOWN]),
+                failed=sum(1 for m in members if m[3] == WorkItemStatus.FAILED),
+                retrying=sum(1 for m in members if m[3] != WorkItemStatus.FAILED),
+                messages=tuple(raw_counts.most_common(MESSAGES_SHOWN)),
+            )
+        )
     groups.sort(key=lambda g: (-g.count, g.exception_type, g.message))
     return tuple(groups), truncated
 
 
 def group_members(start: datetime, key: str, limit: int, *, using: str = "default") -> list[str]:
-    """Ids of the failed items since `start` whose error falls in group `key` (at most `limit`)."""
+    """Ids of the items failed for good since `start` whose error falls in group `key`
+    (at most `limit`): what retrying the group touches."""
     members = []
     rows = failed_in_window(start, using=using).values_list("work_item_id", "error_message")
     for item_id, error in rows[:FAILED_ROWS_READ]:
-        if group_key(*normalise(error or "(no error message)")) == key:
+        if group_key(*normalise(error or NO_MESSAGE)) == key:
             members.append(item_id)
             if len(members) >= limit:
                 break

@@ -185,7 +185,7 @@ def analytics(
         failed=finished.count(WorkItemStatus.FAILED),
         average_lease_seconds=finished.average_run_seconds(),
         expirations=expirations,
-        live_leases=health.healthy + health.stale_live,
+        live_leases=health.active - health.expired,  # at-risk leases are live too
         renewed_last_minute=renewed,
         no_progress=health.no_progress,
         expired_awaiting_sweep=health.expired,

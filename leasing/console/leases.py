@@ -1,15 +1,154 @@
-"""In-progress items by the state of their lease."""
+"""In-progress items by the state of their lease, judged by each type's own heartbeat.
+
+A lease is renewed every heartbeat period of its work type (its handler's
+`heartbeat_interval`, at most a quarter of its lease, as the worker's renewer
+does), so a heartbeat older than `STALE_INTERVALS` of those periods is stale,
+never later than `LEASING["STALE_HEARTBEAT"]`. A type beating every 5 s shows
+stale after 15 s, well before its 45 s lease runs out.
+
+A lease is only as healthy as the process holding it: a live lease whose
+holder is not a live worker (its row silent, lost, stopped or missing) is
+*at risk*. Its heartbeat may still look fresh, yet nothing will renew it: it
+expires, then the sweep re-queues it (or fails it). At-risk leases are never
+counted healthy or stale.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db.models import Count, Q
 from django.db.models.functions import Now
 
 from ..conf import get_settings
-from ..models import WorkItem
+from ..handlers import registry
+from ..models import Worker, WorkItem
+from ..sql.runner import database_now
+from .durations import age
+from .liveness import liveness
+
+STALE_INTERVALS = 3
+# The live workers read to judge holders: more than any deployment registers.
+HOLDERS_READ = 2000
+
+
+def heartbeat_period(work_type: str | None = None) -> float:
+    """Seconds between two renewals of a lease of `work_type` (the renewer's period)."""
+    conf = get_settings()
+    spec = registry.get(work_type) if work_type is not None and work_type in registry else None
+    interval = (spec.heartbeat_interval if spec else None) or conf.heartbeat_interval
+    lease = (spec.lease_duration if spec else None) or conf.lease_duration
+    return min(interval, lease / 4)
+
+
+def stale_after(work_type: str | None = None) -> float:
+    """Seconds without a heartbeat after which a lease of `work_type` is stale."""
+    return min(get_settings().stale_heartbeat, STALE_INTERVALS * heartbeat_period(work_type))
+
+
+def stale_thresholds() -> dict[str, float]:
+    """The registered work types whose threshold differs from the default's."""
+    default = stale_after()
+    return {t: s for t in registry.work_types() if (s := stale_after(t)) != default}
+
+
+def _older_than(column: str, seconds: float) -> Q:
+    return Q(**{f"{column}__lt": Now() - timedelta(seconds=seconds)})
+
+
+def beat_older_than_threshold(
+    column: str = "heartbeat_at", thresholds: Mapping[str, float] | None = None
+) -> Q:
+    """`column` older than the row's work type's stale threshold (one SQL condition)."""
+    thresholds = stale_thresholds() if thresholds is None else thresholds
+    condition = ~Q(work_type__in=list(thresholds)) & _older_than(column, stale_after())
+    for work_type, seconds in thresholds.items():
+        condition |= Q(work_type=work_type) & _older_than(column, seconds)
+    return condition
+
+
+def live_holders(*, using: str = "default") -> list[str]:
+    """Ids of the workers alive now: running or stopping, and not silent."""
+    now = database_now(using)
+    rows = Worker.objects.using(using).workers().alive().order_by()[:HOLDERS_READ]
+    return [w.worker_id for w in rows if liveness(w, age(now, w.last_seen_at) or 0.0).alive]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseConditions:
+    """The SQL conditions of each lease health, against one reading of the live holders."""
+
+    holders: tuple[str, ...]
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def live(self) -> Q:
+        return Q(lease_expires_at__gte=Now())
+
+    @property
+    def held_by_live_worker(self) -> Q:
+        return Q(lease_holder__in=list(self.holders))
+
+    @property
+    def stale_beat(self) -> Q:
+        return beat_older_than_threshold("heartbeat_at", self.thresholds)
+
+    @property
+    def healthy(self) -> Q:
+        return self.live & self.held_by_live_worker & ~self.stale_beat
+
+    @property
+    def stale_live(self) -> Q:
+        return self.live & self.held_by_live_worker & self.stale_beat
+
+    @property
+    def at_risk(self) -> Q:
+        return self.live & ~self.held_by_live_worker
+
+    @property
+    def expired(self) -> Q:
+        return Q(lease_expires_at__lt=Now())
+
+    @property
+    def no_progress(self) -> Q:
+        progress_old = beat_older_than_threshold("progress_at", self.thresholds) | (
+            Q(progress_at__isnull=True)
+            & beat_older_than_threshold("lease_acquired_at", self.thresholds)
+        )
+        return self.healthy & progress_old
+
+
+def lease_conditions(
+    *, using: str = "default", holders: Iterable[str] | None = None
+) -> LeaseConditions:
+    return LeaseConditions(
+        holders=tuple(live_holders(using=using) if holders is None else holders),
+        thresholds=stale_thresholds(),
+    )
+
+
+# The lease-health values of the work item list's filter.
+LEASE_HEALTH_CHOICES = (
+    ("healthy", "Healthy"),
+    ("stale", "Stale heartbeat"),
+    ("at_risk", "At risk: holder silent or lost"),
+    ("expired", "Expired, awaiting sweep"),
+    ("no_progress", "Alive, no progress"),
+)
+
+
+def lease_health_condition(value: str, *, using: str = "default") -> Q:
+    """The condition of the list filter's `value` (a key of `LEASE_HEALTH_CHOICES`)."""
+    conditions = lease_conditions(using=using)
+    return {
+        "healthy": conditions.healthy,
+        "stale": conditions.stale_live,
+        "at_risk": conditions.at_risk,
+        "expired": conditions.expired,
+        "no_progress": conditions.no_progress,
+    }[value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,12 +156,15 @@ class LeaseHealthSummary:
     """In-progress items by the state of their lease.
 
     `active` and `stale` are the two columns of the monitoring query: every
-    `in_progress` item, and those among them whose heartbeat is older than the
-    stale threshold (expired or not). `healthy`, `stale_live` and `expired`
-    split `active` into the three lease-health filters of the work item list
-    (`expired`: the lease ran out and the sweep has not recovered it yet);
-    `no_progress` are healthy leases whose handler has not beaten for the
+    `in_progress` item, and those among them whose heartbeat is older than
+    their type's stale threshold (expired or not). `healthy`, `stale_live`,
+    `at_risk` and `expired` split `active` (their sum): healthy and stale
+    leases are held by a live worker, at-risk ones by a silent, lost or
+    unknown holder, expired ones ran out and the sweep has not recovered them
+    yet. `no_progress` are healthy leases whose handler has not beaten for the
     threshold (a heartbeat thread keeps a stuck handler's lease alive).
+    `stale_after_seconds` is the default threshold; `thresholds` the work
+    types whose own heartbeat gives them another.
     """
 
     active: int
@@ -32,29 +174,29 @@ class LeaseHealthSummary:
     expired: int
     no_progress: int
     stale_after_seconds: float
+    at_risk: int = 0
+    thresholds: Mapping[str, float] = field(default_factory=dict)
 
 
 def lease_health(
-    *, using: str = "default", stale_seconds: float | None = None
+    *, using: str = "default", holders: Iterable[str] | None = None
 ) -> LeaseHealthSummary:
-    """One pass over the in-progress rows (the `in_progress` partial index)."""
-    seconds = get_settings().stale_heartbeat if stale_seconds is None else stale_seconds
-    cutoff = Now() - timedelta(seconds=seconds)
-    live = Q(lease_expires_at__gte=Now())
-    fresh = Q(heartbeat_at__gte=cutoff)
-    no_progress = Q(progress_at__lt=cutoff) | Q(
-        progress_at__isnull=True, lease_acquired_at__lt=cutoff
-    )
+    """One pass over the in-progress rows (the `in_progress` partial index).
+
+    `holders`: the ids of the live workers when the caller has read them.
+    """
+    c = lease_conditions(using=using, holders=holders)
     row = (
         WorkItem.objects.using(using)
         .in_progress()
         .aggregate(
             active=Count("*"),
-            stale=Count("pk", filter=Q(heartbeat_at__lt=cutoff)),
-            healthy=Count("pk", filter=live & fresh),
-            stale_live=Count("pk", filter=live & Q(heartbeat_at__lt=cutoff)),
-            expired=Count("pk", filter=Q(lease_expires_at__lt=Now())),
-            no_progress=Count("pk", filter=live & fresh & no_progress),
+            stale=Count("pk", filter=c.stale_beat),
+            healthy=Count("pk", filter=c.healthy),
+            stale_live=Count("pk", filter=c.stale_live),
+            at_risk=Count("pk", filter=c.at_risk),
+            expired=Count("pk", filter=c.expired),
+            no_progress=Count("pk", filter=c.no_progress),
         )
     )
-    return LeaseHealthSummary(stale_after_seconds=seconds, **row)
+    return LeaseHealthSummary(stale_after_seconds=stale_after(), thresholds=c.thresholds, **row)

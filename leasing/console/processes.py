@@ -50,6 +50,26 @@ class ProcessInfo:
     lease_count: int = 0
     expired_lease_count: int = 0
     lease_ids: tuple[str, ...] = ()
+    # Seconds until each shown lease expires (negative: expired), as `lease_ids`.
+    lease_expires_in: tuple[float, ...] = ()
+
+    @property
+    def leases_at_risk(self) -> bool:
+        """Holds leases nothing renews: the process is silent, lost or stopped."""
+        return self.lease_count > 0 and not self.liveness.alive
+
+    @property
+    def problem(self) -> bool:
+        return (
+            self.leases_at_risk
+            or self.liveness.silent
+            or self.expired_lease_count > 0
+            or self.runs_abandoned > 0
+        )
+
+    @property
+    def leases(self) -> tuple[tuple[str, float], ...]:
+        return tuple(zip(self.lease_ids, self.lease_expires_in, strict=False))
 
     @property
     def runs_idle(self) -> int:
@@ -100,22 +120,31 @@ def _process(row: Worker, now: datetime, **extra: Any) -> ProcessInfo:
 class SweepHealth:
     """When the recovery sweep last ran, and whether that is too long ago.
 
-    `ok` is False when no sweeper has ever recorded a scan, or the newest scan
-    is older than `SILENT_AFTER` intervals of the sweeper that made it (its
-    own interval, not the configured one): a dead watchdog must be visible,
-    and the sweeper rows say the same (a running sweeper not seen for that
-    long is silent).
+    `ok` only while the newest scan is within `OK_INTERVALS` of the interval
+    of the sweeper that made it (its own interval, not the configured one):
+    a pass that is late shows "late" at once. Past `SILENT_AFTER` intervals
+    the watchdog is dead (`dead`), as the sweeper rows say (a running
+    sweeper not seen for that long is silent); never having scanned is dead too.
     """
 
     sweepers: tuple[ProcessInfo, ...]
     last_scan_at: datetime | None
     seconds_since_last_scan: float | None
     interval_seconds: float
-    threshold_seconds: float
-    ok: bool
+    threshold_seconds: float  # dead past this
+    ok: bool  # the last pass is within `OK_INTERVALS` of its interval
     message: str
     # Expired leases the newest pass could not recover (each failed on its own).
     unrecovered: tuple[str, ...] = ()
+    dead: bool = False
+
+    @property
+    def level(self) -> str:
+        return "ok" if self.ok else "bad" if self.dead else "warn"
+
+
+# "Recovery sweep OK" while its last pass is within this many of its intervals.
+OK_INTERVALS = 1.5
 
 
 def sweep_health(*, now: datetime | None = None, using: str = "default") -> SweepHealth:
@@ -135,6 +164,7 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
         interval = freshest.liveness.interval_seconds
         since = freshest.seconds_since_scan
     threshold = SILENT_AFTER * interval
+    dead = since is None or since > threshold
     if since is None:
         ok = False
         message = (
@@ -146,6 +176,12 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
         message = (
             f"No recovery sweep for {duration(since)} (more than {SILENT_AFTER} of its "
             f"{duration(interval)} intervals): the watchdog looks dead, expired leases pile up."
+        )
+    elif since > OK_INTERVALS * interval:
+        ok = False
+        message = (
+            f"The last recovery sweep was {duration(since)} ago, later than expected "
+            f"(it runs every {duration(interval)}): expired leases wait until it runs again."
         )
     else:
         ok = True
@@ -161,6 +197,7 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
         ok=ok,
         message=message,
         unrecovered=tuple(str(i) for i in unrecovered if isinstance(i, str))[:20],
+        dead=dead,
     )
 
 
@@ -175,6 +212,11 @@ class HolderLeases:
     lease_count: int
     expired_lease_count: int
     lease_ids: tuple[str, ...]
+    lease_expires_in: tuple[float, ...] = ()
+
+    @property
+    def leases(self) -> tuple[tuple[str, float], ...]:
+        return tuple(zip(self.lease_ids, self.lease_expires_in, strict=False))
 
 
 LEASE_IDS_SHOWN = 3
@@ -183,12 +225,15 @@ LEASE_IDS_SHOWN = 3
 def live_workers(
     *, now: datetime | None = None, using: str = "default"
 ) -> tuple[tuple[ProcessInfo, ...], tuple[HolderLeases, ...]]:
-    """Running and stopping workers with the leases they hold, and orphaned holders.
+    """Running and stopping workers with the leases they hold, dead holders first.
 
     One pass over the in-progress rows gives each holder's lease count, its
     expired leases and its first `LEASE_IDS_SHOWN` leases (soonest to expire
     first). Those rows are bounded by the workers' total concurrency, so
-    numbering them with window functions is cheap.
+    numbering them with window functions is cheap. A holder that is not a
+    running worker (its row lost, stopped or silent) stays listed, red and
+    first, until the sweep has recovered its leases; a holder with no row
+    at all is an orphan.
     """
     now = now or database_now(using)
     partition: dict[str, Any] = {"partition_by": [F("lease_holder")]}
@@ -208,40 +253,49 @@ def live_workers(
         )
         .filter(position__lte=LEASE_IDS_SHOWN)
         .order_by("lease_holder", "position")
-        .values_list("lease_holder", "work_item_id", "held", "held_expired")
+        .values_list("lease_holder", "work_item_id", "held", "held_expired", "lease_expires_at")
     )
     per_holder: dict[str, dict[str, int]] = {}
     ids: dict[str, list[str]] = defaultdict(list)
-    for holder, item_id, held, held_expired in leases:
+    expiries: dict[str, list[float]] = defaultdict(list)
+    for holder, item_id, held, held_expired, expires_at in leases:
         assert holder is not None  # CHECK work_items_in_progress_has_lease
         per_holder[holder] = {"n": held, "expired": held_expired or 0}
         ids[holder].append(item_id)
+        assert expires_at is not None  # CHECK work_items_in_progress_has_lease
+        expiries[holder].append((expires_at - now).total_seconds())
+
+    def with_leases(row: Worker) -> ProcessInfo:
+        held = per_holder.pop(row.worker_id, None)
+        return _process(
+            row,
+            now,
+            lease_count=held["n"] if held else 0,
+            expired_lease_count=held["expired"] if held else 0,
+            lease_ids=tuple(ids.get(row.worker_id, ())),
+            lease_expires_in=tuple(expiries.get(row.worker_id, ())),
+        )
+
     rows = list(
         Worker.objects.using(using).workers().alive().order_by("hostname", "worker_id")[:200]
     )
-    workers = []
-    for row in rows:
-        held = per_holder.pop(row.worker_id, None)
-        workers.append(
-            _process(
-                row,
-                now,
-                lease_count=held["n"] if held else 0,
-                expired_lease_count=held["expired"] if held else 0,
-                lease_ids=tuple(ids.get(row.worker_id, ())),
-            )
-        )
+    workers = [with_leases(row) for row in rows]
+    # Holders whose row says they are gone: shown until their leases are recovered.
+    gone = Worker.objects.using(using).filter(worker_id__in=list(per_holder)[:200])
+    workers += [with_leases(row) for row in gone.order_by("hostname", "worker_id")]
     orphans = tuple(
         HolderLeases(
             lease_holder=holder,
             lease_count=row["n"],
             expired_lease_count=row["expired"],
             lease_ids=tuple(ids.get(holder, ())),
+            lease_expires_in=tuple(expiries.get(holder, ())),
         )
         for holder, row in sorted(per_holder.items())
     )
-    # Problem rows first: silent workers, then the others in host order.
-    workers.sort(key=lambda w: not w.liveness.silent)
+    # Problem rows first: holders of at-risk leases, then silent workers, then
+    # any with expired leases, then the others in host order.
+    workers.sort(key=lambda w: (not w.leases_at_risk, not w.liveness.silent, not w.problem))
     return tuple(workers), orphans
 
 

@@ -30,6 +30,7 @@ from .backlog import PendingPair, pending_pairs
 from .durations import age
 from .finished import FinishedWindow, histogram_percentile, merge
 from .processes import ProcessInfo
+from .retrying import retrying_pairs
 
 ROWS_SHOWN = 200
 
@@ -46,7 +47,11 @@ class QueueRow:
     oldest_pending_age_seconds: float | None = None
     in_flight: int = 0
     completed: int = 0
-    failed: int = 0
+    failed: int = 0  # failed for good in the window
+    # Failed attempts in the window: of the items finished (every retry of a
+    # completed item, every attempt of a failed one) and of those retrying.
+    failed_attempts: int = 0
+    retrying: int = 0  # pending again after failed attempts, last failed in the window
     p50_seconds: float | None = None
     p95_seconds: float | None = None
     live_workers: int = 0
@@ -61,12 +66,18 @@ class QueueRow:
 
     @property
     def claimable(self) -> int:
-        return self.pending - self.deferred - self.blocked
+        """Due and unblocked, and not held by a pause."""
+        return 0 if self.paused else self.pending - self.deferred - self.blocked
+
+    @property
+    def held_by_pause(self) -> int:
+        return self.pending - self.deferred - self.blocked if self.paused else 0
 
     @property
     def failure_rate(self) -> float | None:
-        finished = self.completed + self.failed
-        return None if finished == 0 else self.failed / finished
+        """Failed attempts among all attempts that ended (each completed item ended one well)."""
+        attempts = self.completed + self.failed_attempts
+        return None if attempts == 0 else self.failed_attempts / attempts
 
     @property
     def unserved(self) -> bool:
@@ -119,6 +130,10 @@ def queue_table(
     if finished is None:
         finished = FinishedWindow(window_start, tuple(finished_groups(window_start, using=using)))
     _finished(row, finished)
+    for names, retried in retrying_pairs(since=window_start, using=using).items():
+        fields = row(*names)
+        fields["retrying"] = retried["items"]
+        fields["failed_attempts"] = fields.get("failed_attempts", 0) + retried["attempts"]
     live = [w for w in workers if w.liveness.alive]
     gates = _gates(parts.values(), using)
     built = []
@@ -159,6 +174,18 @@ def _gates(rows: Iterable[dict[str, Any]], using: str) -> Any:
     return gates
 
 
+def _failed_attempts(groups: Iterable[FinishedGroup]) -> int:
+    """Failed attempts of finished items: a completed item's retries, a failed item's
+    retries and its last attempt."""
+    total = 0
+    for group in groups:
+        if group.status == WorkItemStatus.COMPLETED:
+            total += sum(r * n for r, n in group.retries.items())
+        elif group.status == WorkItemStatus.FAILED:
+            total += sum((r + 1) * n for r, n in group.retries.items())
+    return total
+
+
 def _finished(row: Any, finished: FinishedWindow) -> None:
     """Counts and percentiles per pair from the window's groups (histogram percentiles)."""
     pairs: dict[tuple[str, str], list[FinishedGroup]] = defaultdict(list)
@@ -166,9 +193,11 @@ def _finished(row: Any, finished: FinishedWindow) -> None:
         pairs[(group.queue_name, group.work_type)].append(group)
     for (queue_name, work_type), groups in pairs.items():
         histogram = merge(g.run_histogram for g in groups)
-        row(queue_name, work_type).update(
+        values = row(queue_name, work_type)
+        values.update(
             completed=sum(g.items for g in groups if g.status == WorkItemStatus.COMPLETED),
             failed=sum(g.items for g in groups if g.status == WorkItemStatus.FAILED),
+            failed_attempts=values.get("failed_attempts", 0) + _failed_attempts(groups),
             p50_seconds=histogram_percentile(histogram, 0.5),
             p95_seconds=histogram_percentile(histogram, 0.95),
         )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from .dashboard import Dashboard
 from .durations import humanize_seconds
+from .leases import STALE_INTERVALS
 
 # An item claimable for longer than this is a backlog worth a warning.
 OLDEST_PENDING_WARNING_SECONDS = 3600
@@ -42,14 +43,24 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
             "Active leases",
             f"{health.active:,}",
             f"{health.healthy:,} healthy · {health.stale_live:,} stale · "
-            f"{health.expired:,} expired",
-            "info",
+            f"{health.at_risk:,} at risk · {health.expired:,} expired",
+            "bad" if health.at_risk else "warn" if health.healthy < health.active else "info",
             f"{changelist}?status__exact=in_progress",
+        ),
+        Tile(
+            "At-risk leases",
+            f"{health.at_risk:,}",
+            "holder silent, lost or unknown: each expires, then the sweep re-queues it"
+            if health.at_risk
+            else "every live lease is held by a live worker",
+            "bad" if health.at_risk else "ok",
+            f"{changelist}?lease_health=at_risk",
         ),
         Tile(
             "Stale heartbeats",
             f"{health.stale:,}",
-            f"no heartbeat for {stale_after}; {health.stale_live:,} still within their lease",
+            f"no heartbeat for {STALE_INTERVALS} of their type's periods (at most "
+            f"{stale_after}); {health.stale_live:,} of them live",
             "warn" if health.stale else "ok",
             f"{changelist}?lease_health=stale",
         ),
@@ -64,6 +75,7 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
             "Pending backlog",
             f"{backlog.pending:,}",
             f"{backlog.claimable:,} claimable · {backlog.deferred:,} waiting for run_after"
+            + (f" · {backlog.paused:,} held by a pause" if backlog.paused else "")
             + (f" · {backlog.blocked:,} waiting for dependencies" if backlog.blocked else ""),
             "info",
             f"{changelist}?status__exact=pending",
@@ -71,16 +83,25 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
         Tile(
             "Oldest pending",
             humanize_seconds(oldest),
-            "age of the oldest claimable item since it was enqueued"
+            "age of the oldest claimable item since it was enqueued (paused ones excluded)"
             if oldest is not None
             else "nothing is waiting",
             "warn" if oldest is not None and oldest > OLDEST_PENDING_WARNING_SECONDS else "ok",
             f"{changelist}?status__exact=pending",
         ),
         Tile(
+            "Retrying",
+            f"{'more than ' if data.retrying_capped else ''}{data.retrying:,}",
+            "failed and waiting for another attempt (their errors are in Top errors)"
+            if data.retrying
+            else "no item is failing and waiting for a retry",
+            "warn" if data.retrying else "ok",
+            f"{changelist}?retrying=yes",
+        ),
+        Tile(
             "Alive, no progress",
             f"{health.no_progress:,}",
-            f"heartbeat fresh but no handler beat for {stale_after}: possibly stuck",
+            "heartbeat fresh but no handler beat for the stale threshold: possibly stuck",
             "warn" if health.no_progress else "ok",
             f"{changelist}?lease_health=no_progress",
         ),

@@ -38,16 +38,35 @@ def percent(fraction: Any) -> str:
 
 
 @register.simple_tag
-def leasing_liveness(process: Any) -> SafeString:
+def leasing_liveness(process: Any, compact: bool = False) -> SafeString:
     """Status and liveness of one process (a console ProcessInfo): red "silent …"
-    when a running process was not seen for three of its own intervals."""
+    when a running process was not seen for three of its own intervals.
+
+    `compact` (a healthy row of a long list): its intervals go in a tooltip."""
     alive = process.liveness
     seen = format_date(localtime(process.last_seen_at), "Y-m-d H:i:s")
-    beats = format_html(
-        '<span class="leasing-sub">beats every {}; silent after {}</span>',
-        humanize_seconds(alive.interval_seconds),
-        humanize_seconds(alive.limit_seconds),
+    if getattr(process, "leases_at_risk", False) and not alive.silent:
+        # Lost or stopped, yet still named as the holder of leases.
+        return format_html(
+            '{} <strong class="leasing-bad-text leasing-nowrap" title="last seen {}">{}</strong>'
+            '<span class="leasing-sub">leases at risk until recovered</span>',
+            badge("worker", "lost", process.status),
+            seen,
+            alive.text,
+        )
+    intervals = (
+        f"beats every {humanize_seconds(alive.interval_seconds)}; "
+        f"silent after {humanize_seconds(alive.limit_seconds)}"
     )
+    beats = format_html('<span class="leasing-sub">{}</span>', intervals)
+    if compact and not alive.silent:
+        return format_html(
+            '{} <span class="leasing-nowrap" title="last seen {}; {}">{}</span>',
+            badge("worker", process.status, process.status),
+            seen,
+            intervals,
+            alive.text,
+        )
     if alive.silent:
         return format_html(
             '{} <strong class="leasing-bad-text leasing-nowrap" title="last seen {}">{}</strong>{}',
@@ -65,10 +84,37 @@ def leasing_liveness(process: Any) -> SafeString:
     )
 
 
+def lease_fate(expires_in: float, sweep_ok: bool) -> str:
+    """What happens to a lease nothing renews any more."""
+    if expires_in < 0:
+        left = f"expired {humanize_seconds(-expires_in)} ago"
+    else:
+        left = f"expires in {humanize_seconds(expires_in)}"
+    if sweep_ok:
+        return f"{left}, then the sweep re-queues it"
+    return f"{left}; no recovery sweep is running to re-queue it"
+
+
 @register.simple_tag
 def leasing_lease_links(row: dict[str, Any]) -> SafeString:
-    """A process row's lease links, then "all N…" when the row shows only some."""
-    links = format_html_join("", '<a href="{}">{}</a>', ((url, pk) for pk, url in row["leases"]))
+    """A process row's lease links, then "all N…" when the row shows only some.
+
+    A row at risk (its holder silent, lost or gone) says of each lease when it
+    expires and what follows."""
+    if row.get("at_risk"):
+        links = format_html_join(
+            "",
+            '<span class="leasing-at-risk-lease" data-lease="{}"><a href="{}">{}</a>'
+            '<span class="leasing-sub leasing-bad-text">{}</span></span>',
+            (
+                (pk, url, pk, lease_fate(expires_in, row.get("sweep_ok", True)))
+                for pk, url, expires_in in row["leases"]
+            ),
+        )
+    else:
+        links = format_html_join(
+            "", '<a href="{}">{}</a>', ((url, pk) for pk, url, _ in row["leases"])
+        )
     if row["more_url"] is None:
         return links
     return format_html('{}<a href="{}">all {}…</a>', links, row["more_url"], row["lease_count"])

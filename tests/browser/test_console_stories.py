@@ -104,7 +104,7 @@ def test_a_failed_item_shows_its_traceback_and_attempts(live_server, page, failu
     page.goto(f"{live_server.url}/admin/leasing/workitem/dashboard/?refresh=0")
     page.get_by_role("link", name="Top errors").first.click()
     group = page.locator("#leasing-error-groups tr", has_text="ValueError")
-    assert group.locator("td.num").inner_text() == "3"
+    assert group.locator("td.num strong").inner_text() == "3"
     example = group.locator("td.leasing-lease-ids a").first
     item_id = example.inner_text()
     assert item_id in failures["value_error"]

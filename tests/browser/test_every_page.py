@@ -14,7 +14,7 @@ import pytest
 from django.core.cache import cache
 
 from leasing.models import Checkpoint, Worker
-from tests.support.admin import lease_scenario
+from tests.support.admin import lease_scenario, register_holders
 from tests.support.browser import log_in, operator, run_failures, shot
 from tests.support.helpers import database_now
 
@@ -26,6 +26,7 @@ def test_every_console_page_renders_and_is_captured(
 ):
     cache.clear()
     scenario = lease_scenario()
+    register_holders("worker-2", "worker-3")  # alive holders: the stale lease is stale, not at risk
     failed = run_failures(leasing_settings)
     Worker.objects.create(worker_id="worker-1", hostname="host-1", pid=11, concurrency=2)
     Worker.objects.create(

@@ -15,7 +15,7 @@ import pytest
 from django.core.cache import cache
 
 from leasing.models import Checkpoint, Worker, WorkItem
-from tests.support.admin import FORCE, VIEW_ALL, lease_scenario, make_user
+from tests.support.admin import FORCE, VIEW_ALL, lease_scenario, make_user, register_holders
 from tests.support.browser import ARTIFACTS, PASSWORD
 from tests.support.helpers import database_now
 
@@ -28,6 +28,9 @@ def test_operator_force_releases_a_stale_lease_from_the_dashboard(live_server, p
     stale_id = scenario.stale.work_item_id
     make_user("operator", *VIEW_ALL, FORCE)
     Worker.objects.create(worker_id="worker-1", hostname="host-1", pid=11, concurrency=2)
+    register_holders(
+        "worker-2", "worker-3"
+    )  # the stale lease's holder is alive: stale, not at risk
     Worker.objects.create(
         worker_id="sweeper@host-1",
         role="sweeper",

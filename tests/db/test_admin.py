@@ -24,6 +24,7 @@ from tests.support.admin import (
     claim,
     form_fields,
     make_user,
+    register_holders,
 )
 from tests.support.helpers import database_now, row
 
@@ -67,11 +68,21 @@ def test_list_shows_status_badges_lease_remaining_heartbeat_age_retries_and_hold
     ],
 )
 def test_lease_health_filter(scenario, viewer_client, health, expected):
+    register_holders()
     response = viewer_client.get(changelist_url(f"lease_health={health}"))
     assert response.status_code == 200
     shown = {name for name, pk in scenario.ids().items() if pk in response.content.decode()}
     assert shown == expected
     assert response.context["cl"].result_count == len(expected)
+
+
+def test_lease_health_filter_lists_leases_of_a_lost_holder_as_at_risk(scenario, viewer_client):
+    register_holders("worker-2", "worker-3")  # worker-1 holds healthy and stuck: no row
+    response = viewer_client.get(changelist_url("lease_health=at_risk"))
+    shown = {name for name, pk in scenario.ids().items() if pk in response.content.decode()}
+    assert shown == {"healthy", "stuck"}
+    response = viewer_client.get(changelist_url("lease_health=healthy"))
+    assert response.context["cl"].result_count == 0  # an at-risk lease is never healthy
 
 
 def test_unknown_lease_health_is_refused_with_the_admin_error_redirect(scenario, viewer_client):

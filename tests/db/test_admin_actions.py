@@ -20,6 +20,7 @@ from tests.support.admin import (
     confirm,
     form_fields,
     messages_of,
+    register_holders,
     shift,
     start_action,
 )
@@ -248,6 +249,7 @@ def test_old_holder_cannot_renew_after_force_release(scenario, operator_client):
 def test_select_all_acts_on_the_whole_filtered_list_within_a_limit(
     scenario, operator_client, monkeypatch
 ):
+    register_holders()
     more = [claim(f"task-stale-{n}", "worker-2").work_item_id for n in range(2)]
     for item_id in more:
         shift(item_id, heartbeat_at=-300)

@@ -22,6 +22,7 @@ from tests.support.admin import (
     dashboard_url,
     lease_scenario,
     make_user,
+    register_holders,
     shift,
     timeline_url,
 )
@@ -61,20 +62,49 @@ def register(worker_id: str, role: str = "worker", **fields) -> None:
 
 def test_lease_health_splits_the_in_progress_items():
     lease_scenario()
+    register_holders()
     health = dashboard.lease_health()
     assert health.active == 4
-    assert health.stale == 2  # heartbeat older than 2 min: the stale and the expired lease
-    assert (health.healthy, health.stale_live, health.expired) == (2, 1, 1)
-    assert health.healthy + health.stale_live + health.expired == health.active
+    assert health.stale == 2  # heartbeat older than 3 x 30 s: the stale and the expired lease
+    assert (health.healthy, health.stale_live, health.at_risk, health.expired) == (2, 1, 0, 1)
+    assert health.healthy + health.stale_live + health.at_risk + health.expired == health.active
     assert health.no_progress == 1  # heartbeat fresh, no beat for 10 min
-    assert health.stale_after_seconds == 120
+    assert health.stale_after_seconds == 90  # three of the 30 s heartbeat intervals
 
 
-def test_stale_threshold_follows_the_setting(leasing_settings):
+def test_leases_of_a_silent_lost_or_unknown_holder_are_at_risk_never_healthy():
     lease_scenario()
+    register_holders("worker-2", "worker-3")  # worker-1 (healthy, stuck) has no row
+    health = dashboard.lease_health()
+    assert (health.healthy, health.at_risk, health.no_progress) == (0, 2, 0)
+    register_holders("worker-1", status="lost")
+    assert dashboard.lease_health().at_risk == 2
+    register_holders("worker-1")
+    Worker.objects.filter(pk="worker-1").update(last_seen_at=database_now() - timedelta(seconds=91))
+    assert dashboard.lease_health().at_risk == 2  # silent: not seen for 3 x 30 s
+    Worker.objects.filter(pk="worker-1").update(last_seen_at=database_now())
+    assert dashboard.lease_health().at_risk == 0
+
+
+def test_stale_threshold_follows_each_types_heartbeat_capped_by_the_setting(leasing_settings):
+    from leasing.handlers import registry
+
+    scenario = lease_scenario()
+    register_holders()
+    shift(scenario.healthy.work_item_id, heartbeat_at=-20)
+    registry.register("send_invoice", lambda ctx: None, heartbeat_interval=5, lease_duration=45)
+    try:
+        health = dashboard.lease_health()
+        assert health.thresholds["send_invoice"] == 15  # 3 x 5 s
+        assert (health.healthy, health.stale_live) == (1, 2)  # the 20 s old beat is stale
+    finally:
+        registry.unregister("send_invoice")
     leasing_settings(STALE_HEARTBEAT=500)
     health = dashboard.lease_health()
-    assert (health.stale, health.stale_live, health.stale_after_seconds) == (0, 0, 500)
+    assert health.stale_after_seconds == 90  # a few intervals, never later than the setting
+    leasing_settings(STALE_HEARTBEAT=60)
+    health = dashboard.lease_health()
+    assert (health.stale, health.stale_live, health.stale_after_seconds) == (2, 1, 60)
 
 
 def test_backlog_counts_deferred_items_and_ages_the_oldest_claimable_one():
@@ -190,9 +220,23 @@ def test_sweep_health_warns_when_no_sweep_ran_for_three_intervals(leasing_settin
         last_scan_at=now - timedelta(seconds=181), last_seen_at=now - timedelta(seconds=181)
     )
     health = dashboard.sweep_health()
-    assert not health.ok
+    assert not health.ok and health.dead
     assert "watchdog looks dead" in health.message and health.threshold_seconds == 180
     assert health.sweepers[0].liveness.silent  # the row says the same as the banner
+
+
+def test_sweep_is_ok_only_while_its_last_pass_is_within_one_and_a_half_intervals(
+    leasing_settings,
+):
+    now = database_now()
+    register("sweeper@h", role="sweeper", last_scan_at=now - timedelta(seconds=85), scans=4,
+             heartbeat_interval=60)  # fmt: skip
+    health = dashboard.sweep_health()
+    assert health.ok and health.level == "ok"
+    Worker.objects.filter(pk="sweeper@h").update(last_scan_at=now - timedelta(seconds=120))
+    health = dashboard.sweep_health()
+    assert not health.ok and not health.dead and health.level == "warn"
+    assert "later than expected" in health.message
 
 
 def test_live_workers_hold_their_leases_and_orphans_are_listed():
@@ -200,18 +244,25 @@ def test_live_workers_hold_their_leases_and_orphans_are_listed():
     register("worker-1", concurrency=4)
     register("worker-2")
     register("worker-3", status="lost")
+    register("worker-gone", status="stopped")  # holds nothing: not listed
+    claim("task-orphan", "never-registered")
     workers, orphans = dashboard.live_workers()
     by_id = {w.worker_id: w for w in workers}
-    assert set(by_id) == {"worker-1", "worker-2"}  # the lost one is not live
+    # The lost holder stays listed, first, until the sweep recovers its lease.
+    assert workers[0].worker_id == "worker-3"
+    assert set(by_id) == {"worker-1", "worker-2", "worker-3"}
+    assert by_id["worker-3"].leases_at_risk and not by_id["worker-1"].leases_at_risk
+    assert by_id["worker-3"].lease_expires_in[0] < 0  # its lease expired 30 s ago
+    assert 200 < by_id["worker-1"].lease_expires_in[0] <= 300
     assert by_id["worker-1"].lease_count == 2
     assert set(by_id["worker-1"].lease_ids) == {
         scenario.healthy.work_item_id,
         scenario.stuck.work_item_id,
     }
     assert by_id["worker-2"].lease_ids == (scenario.stale.work_item_id,)
-    [orphan] = orphans
-    assert orphan.lease_holder == "worker-3"
-    assert (orphan.lease_count, orphan.expired_lease_count) == (1, 1)
+    assert (by_id["worker-3"].lease_count, by_id["worker-3"].expired_lease_count) == (1, 1)
+    [orphan] = orphans  # no row at all
+    assert orphan.lease_holder == "never-registered" and orphan.lease_count == 1
 
 
 def test_recoveries_carry_snapshots_only_when_asked():

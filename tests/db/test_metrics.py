@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from leasing.metrics import LeasingCollector, build_registry
 from leasing.models import Worker, WorkItem
-from tests.support.admin import VIEW_ALL, lease_scenario, make_user
+from tests.support.admin import VIEW_ALL, lease_scenario, make_user, register_holders
 from tests.support.helpers import database_now
 
 pytestmark = pytest.mark.django_db
@@ -86,6 +86,7 @@ def test_only_get(token):
 
 def test_metrics_match_the_database(token):
     lease_scenario()
+    register_holders()
     now = database_now()
     Worker.objects.create(worker_id="w-1", hostname="h", pid=1, items_completed=7, items_failed=2)
     Worker.objects.create(
@@ -123,7 +124,7 @@ def test_metrics_match_the_database(token):
     assert values[("leasing_sweep_last_scan_timestamp_seconds", ())] == pytest.approx(
         now.timestamp()
     )
-    assert values[("leasing_processes", (("role", "worker"), ("status", "running")))] == 1
+    assert values[("leasing_processes", (("role", "worker"), ("status", "running")))] == 4
     assert values[("leasing_processes", (("role", "sweeper"), ("status", "stopped")))] == 1
 
 

@@ -34,6 +34,7 @@ from tests.support.admin import (
     form_fields,
     lease_scenario,
     make_user,
+    register_holders,
     timeline_url,
 )
 
@@ -203,6 +204,7 @@ def test_select_all_counts_on_the_replica_and_acts_on_what_the_primary_matches(
     read_from_replica,
 ):
     scenario = lease_scenario()
+    register_holders()
     client = client_with(*VIEW_ALL, FORCE)
     select_all = {
         "action": "force_release_selected",

@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from leasing import Lease, LeaseManager, create_checkpoint, enqueue
-from leasing.models import IdempotencyKey, WorkItem
+from leasing.models import IdempotencyKey, Worker, WorkItem
 from tests.support.helpers import database_now
 
 # Appears in every payload of the scenario; never in a page without view_payload.
@@ -93,7 +93,11 @@ class Scenario:
 
 
 def lease_scenario() -> Scenario:
-    """One item per lease health and status, payloads everywhere carrying SECRET."""
+    """One item per lease health and status, payloads everywhere carrying SECRET.
+
+    Its holders have no worker row, so its leases are at risk until a test
+    registers them (`register_holders`).
+    """
     payload = {"card": SECRET, "amount": 12}
     healthy = claim("task-healthy", "worker-1", input_data=payload, work_type="send_invoice")
     shift(healthy.work_item_id, progress_at=-5)
@@ -141,6 +145,18 @@ def lease_scenario() -> Scenario:
         completed=done.work_item_id,
         failed=bad.work_item_id,
     )
+
+
+HOLDERS = ("worker-1", "worker-2", "worker-3")
+
+
+def register_holders(*worker_ids: str, status: str = "running") -> None:
+    """Rows for the scenario's lease holders, seen just now (alive while running)."""
+    for worker_id in worker_ids or HOLDERS:
+        Worker.objects.update_or_create(
+            worker_id=worker_id,
+            defaults={"hostname": "host", "pid": 1, "status": status, "heartbeat_interval": 30},
+        )
 
 
 def changelist_url(query: str = "") -> str:

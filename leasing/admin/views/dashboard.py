@@ -13,8 +13,9 @@ from ...conf import WRITE_DATABASE, read_alias
 from ...console.charts import retry_chart, throughput_chart
 from ...console.dashboard import build_dashboard
 from ...console.durations import humanize_seconds
+from ...console.strip import status_strip
 from ...console.tiles import tiles
-from ..display import ChangeUrls, pretty_json
+from ..display import ChangeUrls, errors_visible, pretty_json
 from ..forms import DashboardForm
 from .common import console_context, render_console
 
@@ -39,6 +40,21 @@ def recovery_summary(snapshot: Any) -> str:
     return " · ".join(parts)
 
 
+# Healthy workers listed before the rest fold away (problem rows are always listed).
+WORKERS_SHOWN = 10
+
+
+def fold_workers(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every problem row, then the first `WORKERS_SHOWN` healthy ones; the rest folded."""
+    problems = [r for r in rows if r["process"].problem]
+    healthy = [r for r in rows if not r["process"].problem]
+    return {
+        "workers": problems + healthy[:WORKERS_SHOWN],
+        "folded_workers": healthy[WORKERS_SHOWN:],
+        "workers_shown": WORKERS_SHOWN,
+    }
+
+
 def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> TemplateResponse:
     """Lease health, sweep health, workers, retry distribution, throughput, recoveries."""
     context = console_context(model_admin, request, "Leasing dashboard")
@@ -54,15 +70,21 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
     item_url = ChangeUrls(model_admin.admin_site.name)
     worker_url = ChangeUrls(model_admin.admin_site.name, "worker")
 
-    def lease_links(holder: str, lease_ids: tuple[str, ...], count: int) -> dict[str, Any]:
-        """A row's lease links, and the list of all its leases when it shows only some."""
+    def lease_links(
+        holder: str, leases: tuple[tuple[str, float], ...], count: int, *, at_risk: bool
+    ) -> dict[str, Any]:
+        """A row's lease links, and the list of all its leases when it shows only some.
+
+        At risk (nothing renews them): each lease says when it expires."""
         more = None
-        if count > len(lease_ids):
+        if count > len(leases):
             more = f"{context['changelist_url']}?{urlencode({'q': holder})}"
         return {
-            "leases": [(pk, item_url(pk)) for pk in lease_ids],
+            "leases": [(pk, item_url(pk), expires_in) for pk, expires_in in leases],
             "more_url": more,
             "lease_count": count,
+            "at_risk": at_risk,
+            "sweep_ok": data.sweep.ok,
         }
 
     context |= {
@@ -72,24 +94,35 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
         "window_label": DashboardForm.WINDOWS.get(window, f"{window} min"),
         "refresh": refresh,
         "tiles": tiles(data, context["changelist_url"]),
+        "strip": status_strip(
+            data,
+            context["changelist_url"],
+            reverse(f"{model_admin.admin_site.name}:leasing_workitem_pauses"),
+        ),
         "retry_chart": retry_chart(data.retries),
         "throughput_chart": throughput_chart(data.throughput),
         "recoveries": [
             {
                 "entry": entry,
                 "item_url": item_url(entry.work_item_id) if entry.work_item_id else None,
-                "summary": recovery_summary(entry.snapshot) if include_payloads else None,
+                "summary": recovery_summary(entry.snapshot)
+                if errors_visible(request.user)
+                else None,
                 "snapshot": pretty_json(entry.snapshot) if include_payloads else None,
             }
             for entry in data.recoveries
         ],
-        "workers": [
-            {"process": w, "url": worker_url(w.worker_id)}
-            | lease_links(w.worker_id, w.lease_ids, w.lease_count)
-            for w in data.workers
-        ],
+        **fold_workers(
+            [
+                {"process": w, "url": worker_url(w.worker_id)}
+                | lease_links(w.worker_id, w.leases, w.lease_count, at_risk=w.leases_at_risk)
+                for w in data.workers
+            ]
+        ),
+        "at_risk_holders": len(data.orphan_holders)
+        + sum(1 for w in data.workers if w.leases_at_risk),
         "orphans": [
-            {"holder": h} | lease_links(h.lease_holder, h.lease_ids, h.lease_count)
+            {"holder": h} | lease_links(h.lease_holder, h.leases, h.lease_count, at_risk=True)
             for h in data.orphan_holders
         ],
         "stale_after": humanize_seconds(data.lease_health.stale_after_seconds),

@@ -1,15 +1,20 @@
 """Top errors (`admin:leasing_workitem_errors`) and "retry this group".
 
-Failed items of a window grouped by exception type and normalised message
-(`leasing.console.failures`). Retrying a group is a bulk action: a
-confirmation page with the count, the bulk limit, and an audit record per item.
+Items of a window that failed for good, and (unless "final failures only")
+items failing but still retrying, grouped by exception type and normalised
+message (`leasing.console.failures`). Error text (the group's message, its
+distinct raw messages) follows the payload permission like every error on
+the console (`display.errors_visible`); without it a group shows its exception
+type, counts, work types and items. Retrying a group is a bulk action: a
+confirmation page with the count, the items it touches, the bulk limit, and
+an audit record per item.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -19,11 +24,12 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from ...conf import WRITE_DATABASE, read_alias
-from ...console.failures import error_groups, group_members
+from ...console.failures import ErrorGroup, error_groups, group_members
+from ...models import WorkItem
 from ...services.operations import Action
 from ...sql.runner import database_now
 from .. import bulk
-from ..display import ChangeUrls
+from ..display import ERROR_HIDDEN, ChangeUrls, error_text, errors_visible
 from ..forms import BulkActionForm, WindowForm
 from .common import console_context
 
@@ -33,17 +39,33 @@ if TYPE_CHECKING:
 GROUP_KEY = re.compile(r"[0-9a-f]{16}")
 
 
+# Items listed on the retry-group confirmation page (the count covers them all).
+ITEMS_LISTED = 50
+
+
+def final_only(request: HttpRequest) -> bool:
+    """`?final=1`: items failed for good only; anything else: retrying ones too."""
+    return request.GET.get("final") == "1"
+
+
 def errors_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> TemplateResponse:
     context = console_context(model_admin, request, "Top errors")
     form = WindowForm(request.GET or None)
     minutes = form.minutes()
     using = read_alias()
-    groups, truncated = error_groups(database_now(using) - timedelta(minutes=minutes), using=using)
+    final = final_only(request)
+    start = database_now(using) - timedelta(minutes=minutes)
+    groups, truncated = error_groups(start, using=using, final_only=final)
     item_url = ChangeUrls(model_admin.admin_site.name)
     retry_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors_retry")
+    errors_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors")
     context |= {
         "form": form,
+        "final_only": final,
+        "toggle_url": f"{errors_url}?{urlencode({'window': minutes, 'final': int(not final)})}",
         "window_label": WindowForm.WINDOWS[minutes],
+        "errors_visible": errors_visible(request.user),
+        "error_hidden": ERROR_HIDDEN,
         "groups": [
             {
                 "group": group,
@@ -56,6 +78,15 @@ def errors_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Template
         "can_retry": model_admin.has_force_release_permission(request),
     }
     return TemplateResponse(request, "admin/leasing/errors.html", context)
+
+
+def group_label(group: ErrorGroup, visible: bool) -> str:
+    """The group as the audit record and the page name it: its message only for
+    users who may read error text (the audit log is shown to every viewer)."""
+    kind = group.exception_type or "an error without a type"
+    if visible:
+        return f"“{group.exception_type + ': ' if group.exception_type else ''}{group.message}”"
+    return f"{kind} (group {group.key})"
 
 
 def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> HttpResponse:
@@ -82,9 +113,8 @@ def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Htt
             messages.WARNING,
         )
         return HttpResponseRedirect(errors_url)
-    kind = f"{group.exception_type}: " if group.exception_type else ""
     selection = bulk.Selection(
-        f"failed in the last {window} with “{kind}{group.message}”",
+        f"failed in the last {window} with {group_label(group, visible=False)}",
         tuple(group_members(start, key, bulk.BULK_LIMIT + 1, using=using)),
     )
     if confirming:
@@ -109,4 +139,28 @@ def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Htt
         post_url=request.get_full_path(),
         hidden={},
         cancel_url=errors_url,
+        listing=touched_items(selection.ids[:ITEMS_LISTED], request, model_admin, using=using),
     )
+
+
+def touched_items(
+    ids: tuple[str, ...], request: HttpRequest, model_admin: WorkItemAdmin, *, using: str
+) -> list[dict[str, Any]]:
+    """The items a confirmation will touch: id, type, retries and (if allowed) error."""
+    item_url = ChangeUrls(model_admin.admin_site.name)
+    rows = (
+        WorkItem.objects.using(using)
+        .filter(pk__in=ids)
+        .order_by("-completed_at", "-work_item_id")
+        .values_list("work_item_id", "work_type", "retry_count", "max_retries", "error_message")
+    )
+    return [
+        {
+            "id": pk,
+            "url": item_url(pk),
+            "work_type": work_type,
+            "retries": f"{retries}/{budget}",
+            "error": error_text(request.user, error),
+        }
+        for pk, work_type, retries, budget, error in rows
+    ]

@@ -131,13 +131,16 @@ def test_errors_are_grouped_by_type_and_normalised_message():
 def test_retry_this_group_with_a_count_a_cap_and_an_audit_record(monkeypatch):
     ids = [failed(f"v{n}", ValueError(f"id {n} not found")) for n in range(3)]
     other = failed("k", KeyError("customer"))
-    operator = client_with(*VIEW_ALL, FORCE)
+    operator = client_with(*VIEW_ALL, FORCE, PAYLOAD)
     page = operator.get(ERRORS_URL).content.decode()
-    retry = re.search(r'<tr data-group="(\w+)">.*?id N not found.*?href="([^"]+)">Retry this group',
-                      page, re.S)  # fmt: skip
+    retry = re.search(r'<tr data-group="(\w+)"[^>]*>.*?id N not found.*?'
+                      r'href="([^"]+)">Retry this group', page, re.S)  # fmt: skip
     confirm = operator.get(retry[2].replace("&amp;", "&"))
     html = confirm.content.decode()
     assert "<strong>3 work items</strong> match now" in html
+    listed = html.split('id="leasing-bulk-items"')[1].split("</table>")[0]
+    assert all(pk in listed for pk in ids) and other not in listed  # the items it touches
+    assert "id 0 not found" in listed  # their raw errors, for a user allowed to read them
     assert all(WorkItem.objects.get(pk=pk).status == "failed" for pk in ids)
 
     fields = form_fields(html, "leasing-bulk-form")
@@ -149,7 +152,10 @@ def test_retry_this_group_with_a_count_a_cap_and_an_audit_record(monkeypatch):
         assert (item.status, item.retry_count) == ("pending", 0)
     assert WorkItem.objects.get(pk=other).status == "failed"
     entries = LogEntry.objects.filter(object_id__in=ids)
-    assert entries.count() == 3 and all("id N not found" in e.change_message for e in entries)
+    # The audit log names the group by its type and key: every viewer reads the log.
+    assert entries.count() == 3
+    assert all("ValueError (group " in e.change_message for e in entries)
+    assert not any("not found" in e.change_message for e in entries)
     assert Checkpoint.objects.filter(checkpoint_type="state_transition").count() == 3
 
     # A group over the cap is refused; an unknown group is reported; nothing changes.
@@ -163,9 +169,10 @@ def test_retry_this_group_with_a_count_a_cap_and_an_audit_record(monkeypatch):
     assert all(WorkItem.objects.get(pk=pk).status == "failed" for pk in more)
 
 
-def test_viewers_see_top_errors_without_a_retry_button():
+def test_viewers_see_top_errors_without_error_text_or_a_retry_button():
     failed("v", ValueError("boom"))
     viewer = client_with(*VIEW_ALL)
     html = viewer.get(ERRORS_URL).content.decode()
-    assert "boom" in html and "Retry this group" not in html
+    assert "boom" not in html and "ValueError" in html and "Retry this group" not in html
+    assert "Error text hidden" in html
     assert viewer.get(f"{ERRORS_URL}retry/?key=0123456789abcdef").status_code == 403

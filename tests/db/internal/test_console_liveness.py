@@ -62,9 +62,9 @@ def test_a_worker_silent_for_three_intervals_is_red_and_listed_first(leasing_set
     assert not ok.liveness.silent and ok.liveness.text == "seen 1 min 29 s ago"
 
     html = viewer.get(dashboard_url()).content.decode()
-    row = re.search(r'<tr class="leasing-row-bad" data-worker="w-dead">(.*?)</tr>', html, re.S)
+    row = re.search(r'<tr class="leasing-row-bad" data-worker="w-dead"[^>]*>(.*?)</tr>', html, re.S)
     assert row and "silent 2 min 31 s" in row.group(1) and lease.work_item_id in row.group(1)
-    assert '<tr class="" data-worker="w-ok">' in html
+    assert '<tr class="" data-worker="w-ok" data-at-risk="no">' in html
 
 
 def test_a_worker_row_links_its_page_its_first_leases_and_all_of_them(leasing_settings, viewer):
@@ -72,7 +72,7 @@ def test_a_worker_row_links_its_page_its_first_leases_and_all_of_them(leasing_se
     process("w/1", seen=5, heartbeat_interval=30)
     leases = [claim(f"task-{n}", "w/1") for n in range(LEASE_IDS_SHOWN + 2)]
     html = viewer.get(dashboard_url()).content.decode()
-    row = re.search(r'<tr class="" data-worker="w/1">(.*?)</tr>', html, re.S)
+    row = re.search(r'<tr class="" data-worker="w/1"[^>]*>(.*?)</tr>', html, re.S)
     assert row, "the worker's row is missing"
     cells = row.group(1)
     assert f'href="{reverse("admin:leasing_worker_change", args=["w_2F1"])}"' in cells

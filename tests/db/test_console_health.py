@@ -1,0 +1,184 @@
+"""The console never looks healthier than it is (issue 42): lease health from the
+holder's liveness, the sweep's health, the status strip, the workers panel at scale."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from leasing.models import Worker
+from tests.support.admin import claim, dashboard_url, lease_scenario, register_holders, shift
+from tests.support.helpers import database_now
+
+pytestmark = pytest.mark.django_db
+
+
+def tile(html: str, label: str) -> str:
+    """The text of the dashboard tile labelled `label`."""
+    match = re.search(
+        rf'<span class="leasing-tile-label">{re.escape(label)}.*?</a>', html, flags=re.S
+    )
+    assert match, label
+    return re.sub(r"<[^>]+>", " ", match.group(0))
+
+
+def test_a_lost_workers_leases_are_at_risk_first_and_red_until_recovered(viewer_client):
+    scenario = lease_scenario()
+    register_holders()
+    register_holders("worker-1", status="lost")  # holds the healthy and the stuck lease
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "2 at risk" in tile(html, "Active leases")
+    assert "0 healthy" in tile(html, "Active leases")  # never counted healthy
+    assert re.search(r"\b2\b", tile(html, "At-risk leases"))
+    assert "(problem)" in tile(html, "At-risk leases")
+    rows = re.findall(r'<tr class="([^"]*)" data-worker="([^"]+)" data-at-risk="(\w+)"', html)
+    assert rows[0] == ("leasing-row-bad", "worker-1", "yes")  # first, red
+    first = html.split('data-worker="worker-1"')[1].split("</tr>")[0]
+    assert scenario.healthy.work_item_id in first
+    assert re.search(r"expires in \d+ min( \d+ s)?; no recovery sweep is running", first)
+
+    # With a sweep passing, the lease says what follows its expiry.
+    Worker.objects.create(worker_id="sweeper@h", role="sweeper", hostname="h", pid=2,
+                          heartbeat_interval=60, last_scan_at=database_now())  # fmt: skip
+    html = viewer_client.get(dashboard_url()).content.decode()
+    first = html.split('data-worker="worker-1"')[1].split("</tr>")[0]
+    assert re.search(r"expires in [^<]+, then the sweep re-queues it", first)
+
+    # Recovered (no lease left): the lost row leaves the panel.
+    for item in (scenario.healthy, scenario.stuck):
+        shift(item.work_item_id, lease_expires_at=-1)
+    from leasing.models import WorkItem
+
+    WorkItem.objects.filter(lease_holder="worker-1").update(
+        status="pending", lease_holder=None, lease_expires_at=None, lease_acquired_at=None,
+        heartbeat_at=None, lease_deadline_at=None,
+    )  # fmt: skip
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert 'data-worker="worker-1"' not in html
+
+
+def test_a_silent_worker_turns_its_leases_at_risk_before_the_sweep_marks_it_lost(viewer_client):
+    lease_scenario()
+    register_holders()
+    Worker.objects.filter(pk="worker-1").update(last_seen_at=database_now() - timedelta(seconds=95))
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "2 at risk" in tile(html, "Active leases")
+    assert re.search(r'<tr class="leasing-row-bad" data-worker="worker-1" data-at-risk="yes"', html)
+
+
+def test_at_risk_filter_on_the_list_matches_the_tile(viewer_client):
+    scenario = lease_scenario()
+    register_holders("worker-2", "worker-3")
+    response = viewer_client.get("/admin/leasing/workitem/?lease_health=at_risk")
+    assert response.context["cl"].result_count == 2
+    html = response.content.decode()
+    assert scenario.healthy.work_item_id in html and scenario.stale.work_item_id not in html
+
+
+def test_sweep_late_is_not_ok_on_the_dashboard(viewer_client):
+    Worker.objects.create(worker_id="sweeper@h", role="sweeper", hostname="h", pid=2,
+                          heartbeat_interval=60,
+                          last_scan_at=database_now() - timedelta(seconds=100))  # fmt: skip
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert 'data-sweep="late"' in html and "Recovery sweep OK" not in html
+    Worker.objects.filter(pk="sweeper@h").update(last_scan_at=database_now())
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert 'data-sweep="ok"' in html and "Recovery sweep OK" in html
+
+
+def test_forty_workers_fold_healthy_ones_past_ten_problems_first(viewer_client):
+    now = database_now()
+    for i in range(40):
+        Worker.objects.create(worker_id=f"w-{i:02}", hostname="h", pid=i, heartbeat_interval=30,
+                              last_seen_at=now)  # fmt: skip
+    Worker.objects.filter(pk="w-33").update(last_seen_at=now - timedelta(seconds=200))
+    claim("task-x", "w-39")
+    Worker.objects.filter(pk="w-39").update(status="lost")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    table = html.split('id="leasing-workers-table"')[1].split("</table>")[0]
+    listed = re.findall(r'data-worker="([^"]+)"', table)
+    assert listed[:2] == ["w-39", "w-33"]  # at risk, then silent
+    assert len(listed) == 12  # the two problems and ten healthy workers
+    folded = html.split('id="leasing-workers-folded"')[1].split("</details>")[0]
+    assert "28 more healthy workers" in folded
+    assert len(re.findall(r'data-worker="', folded)) == 28
+
+
+def strip_entries(html: str) -> dict[str, tuple[str, str]]:
+    """`{key: (level, text)}` of the status strip."""
+    strip = html.split('id="leasing-status-strip"')[1].split("</ul>")[0]
+    return {
+        key: (level, re.sub(r"<[^>]+>", "", text).strip())
+        for key, level, text in re.findall(
+            r'data-strip="([^"]+)" data-level="(\w+)">(.*?)</li>', strip, flags=re.S
+        )
+    }
+
+
+def test_a_paused_queue_shows_in_the_strip_and_its_items_are_not_claimable(viewer_client):
+    from leasing import enqueue, pause
+
+    for i in range(3):
+        enqueue(f"b{i}", "send_invoice", queue_name="billing")
+    enqueue("m0", "resize_image", queue_name="media")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert strip_entries(html)["pauses"] == ("ok", "Nothing paused")
+    assert "4 claimable" in tile(html, "Pending backlog")
+
+    pause(queue="billing", by="ops", reason="billing provider down")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    entries = strip_entries(html)
+    assert entries["pause-queue-billing"] == ("warn", "Queue billing paused: 3 items held")
+    assert "pauses" not in entries
+    backlog = tile(html, "Pending backlog")
+    assert "1 claimable" in backlog and "3 held by a pause" in backlog
+    row = html.split('data-queue="billing"')[1].split("</tr>")[0]
+    assert 'data-held-by-pause="3"' in row and "claimable" not in row
+    # The strip's other facts, at their true level.
+    assert entries["sweep"][0] == "bad" and entries["unserved"][0] == "bad"
+    assert entries["at-risk"] == ("ok", "No lease at risk")
+
+
+def test_paused_items_do_not_age_the_oldest_pending_warning(viewer_client):
+    from leasing import enqueue, pause
+    from leasing.models import WorkItem
+
+    old = enqueue("old", "send_invoice", queue_name="billing")
+    WorkItem.objects.filter(pk=old.pk).update(created_at=database_now() - timedelta(hours=3))
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "(attention)" in tile(html, "Oldest pending")
+    pause(queue="billing", by="ops", reason="hold")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "(attention)" not in tile(html, "Oldest pending")
+    assert "nothing is waiting" in tile(html, "Oldest pending")
+
+
+def test_the_strip_says_when_leases_are_at_risk_and_the_sweep_is_late(viewer_client):
+    lease_scenario()
+    register_holders("worker-2", "worker-3")
+    Worker.objects.create(worker_id="sweeper@h", role="sweeper", hostname="h", pid=2,
+                          heartbeat_interval=60,
+                          last_scan_at=database_now() - timedelta(seconds=100))  # fmt: skip
+    entries = strip_entries(viewer_client.get(dashboard_url()).content.decode())
+    assert entries["at-risk"] == ("bad", "2 leases at risk")
+    assert entries["sweep"] == ("warn", "Recovery sweep late")
+
+
+def test_the_strip_shows_the_replicas_lag_only_when_a_replica_is_read():
+    from dataclasses import replace
+
+    from leasing.console import build_dashboard
+    from leasing.console.replica import ReplicaLag
+    from leasing.console.strip import status_strip
+
+    data = build_dashboard()
+    keys = [e.key for e in status_strip(data, "/list/", "/pauses/")]
+    assert "replica" not in keys
+    lagging = replace(data, replica=ReplicaLag("replica", True, True, 95.0, 4096, False))
+    [entry] = [e for e in status_strip(lagging, "/list/", "/pauses/") if e.key == "replica"]
+    assert entry.level == "bad" and entry.text.startswith("Replica replica lag 1 min 35 s")
+    fresh = replace(data, replica=ReplicaLag("replica", True, True, 0.5, 0, False))
+    [entry] = [e for e in status_strip(fresh, "/list/", "/pauses/") if e.key == "replica"]
+    assert entry.level == "ok"
