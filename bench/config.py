@@ -73,7 +73,7 @@ class Sizes:
     steady_seconds: float = 60.0
     steady_capacity_seconds: float = 20.0
     peers_items: int = 20_000
-    peers_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    peers_workers: list[int] = field(default_factory=lambda: [1, 4])
     peers_window_s: float = 4.0
     history_rows: int = 10_000_000
     longtx_churn: int = 60_000

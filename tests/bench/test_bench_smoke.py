@@ -263,7 +263,13 @@ def test_quick_bench_reports_every_scenario() -> None:
 def test_quick_peers_drain_beside_runworker() -> None:
     records = _quick_bench(("peers",), timeout_s=1200)
     peers = records["peers"]
-    assert set(peers["peers"]) == {"procrastinate", "django-tasks-db", "django-q2"}
+    assert set(peers["peers"]) == {
+        "procrastinate",
+        "django-tasks-db",
+        "django-q2",
+        "oban (limit 10)",
+        "oban (limit 1)",
+    }
     for run in peers["runworker"]:
         assert run["finished"] > 0 and _positive(run["jobs_per_s"]), run
     for name, runs in peers["peers"].items():
