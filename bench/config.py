@@ -33,6 +33,7 @@ TARGETS = {
     "ratio_n4": 1.0,
     "ratio_n1": 0.8,
     "ratio_batched_n4": 1.0,  # runworker / the K=100 loop, 4 processes
+    "ratio_minimal_n4": 0.7,  # runworker / the K=100 loop over the minimal table, 4 processes
     "logging_cost": 0.10,  # 1 - default-logging rate / WARNING rate, 4 processes
     "burst_unvacuumed_ratio": 0.8,
     "peers_ratio_x4": 10.0,  # runworker / the best peer, 4 processes

@@ -139,6 +139,19 @@ def test_quick_bench_reports_every_scenario() -> None:
         repeated["loop_jobs_per_s_runs"]
     )
     assert repeated["ratio_runworker_to_ceiling"] == round(expected, 3)
+    # The same K = 100 loop over the minimal queue table, at the same process counts.
+    minimal = ceiling["minimal_runs"]
+    assert {r["workers"] for r in minimal} == {r["workers"] for r in k100}, minimal
+    for run in minimal:
+        assert run["batch"] == 100 and run["completed"] == run["items"] > 0, run
+        assert _positive(run["jobs_per_s"]) and _positive(run["wall_jobs_per_s"]), run
+        _costed(run)
+        assert _positive(run["ratio_runworker_to_ceiling"]), run
+    [repeated] = [r for r in minimal if r["workers"] == at]
+    expected = statistics.median(drains["default"]) / statistics.median(
+        repeated["loop_jobs_per_s_runs"]
+    )
+    assert repeated["ratio_runworker_to_ceiling"] == round(expected, 3)
 
     for run in records["options"]["runs"]:
         _drained(run)
