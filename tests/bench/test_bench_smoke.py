@@ -208,6 +208,14 @@ def test_quick_bench_reports_every_scenario() -> None:
         windows = run["enqueue_to_start_ms_by_window"]
         assert windows and windows[0]["from_s"] == 0, run
         assert all(_positive(w["p99"]) and w["p99"] >= w["p50"] for w in windows), run
+        # The cost per job beside a drain's: the workers' CPU and transactions.
+        _costed(run)
+        assert _positive(run["cpu_to_drain"]), run
+    assert [r["load"] for r in steady["runs"]] == [0.1, 0.5]
+    assert steady["low_load"] == 0.1
+    _costed(steady["drain_cost"])
+    assert isinstance(steady["low_load_xact_met"], bool), steady
+    assert isinstance(steady["low_load_cpu_met"], bool), steady
 
     longtx = records["longtx"]
     assert [r["long_transaction"] for r in longtx["runs"]] == [False, True]
@@ -219,6 +227,10 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert {(1, False), (1, True), (4, False), (4, True)} <= shapes, shapes
     for run in records["claim"]["runs"]:
         assert run["claim_ms"]["n"] > 0 and _positive(run["claim_ms"]["p99"]), run
+        # Four claimers' p99 against one claimer's with the same pause, same run.
+        if run["claimers"] == 4 and run["batch"] == 1:
+            assert _positive(run["p99_ratio_to_one_claimer"]), run
+            assert isinstance(run["met"], bool), run
         assert _positive(run["server_explain_ms_fresh_backlog"]["execution_ms"]), run
     # The pause check's cost: both variants measured, claim by claim and by drains.
     check = records["claim"]["pause_check"]
@@ -249,6 +261,10 @@ def test_quick_bench_reports_every_scenario() -> None:
         elif run["expired"] <= 1_000:  # several fresh-process passes; their median is reported
             passes = run["wall_ms_runs"]
             assert len(passes) == 2 and run["wall_ms"] == sorted(passes)[1], run
+            if run["variant"] == AS_MIGRATED:  # each pass followed by its floor
+                floors = run["floor_ms_runs"]
+                assert len(floors) == 2 and run["floor_ms"] == sorted(floors)[1], run
+                assert run["ratio_to_floor"] == round(run["wall_ms"] / run["floor_ms"], 2)
         else:
             assert "wall_ms_runs" not in run, run
 
