@@ -1,6 +1,7 @@
 """The ceiling: a plain psycopg 3 claim/complete loop, no Django (one process of many).
 
     python -m bench.ceiling DATABASE_URL HOLDER [--batch K] [--work-type bench.noop]
+                            [--table engine|minimal]
 
 Per round, two autocommit statements (two commits) for up to K jobs:
 
@@ -12,7 +13,11 @@ Per round, two autocommit statements (two commits) for up to K jobs:
    like `LeaseManager.release_lease(success=True)` for each.
 
 With K = 1 that is the single-item loop (two commits a job); K = 10 and 100 are
-the batched loops a batching worker is measured against. It exits when a claim
+the batched loops a batching worker is measured against. `--table minimal` runs
+the same loop over `MINIMAL_TABLE` instead of `work_items`: a queue table with
+only what a claim and a completion need (id, status, priority, times, lease
+columns) and one partial claim index, the bar for the engine's own table and
+its indexes (`MINIMAL_DDL`; the bench creates and fills it). It exits when a claim
 finds nothing (like `runworker --burst`) and prints one JSON line:
 {"holder", "batch", "completed", "lost", "rounds", "seconds"}. psycopg's
 defaults apply, including server-side prepared statements after 5 executions.
@@ -54,6 +59,48 @@ FROM picked WHERE w.work_item_id = picked.work_item_id
 RETURNING w.work_item_id, w.lease_token
 """
 
+# The minimal queue table: what a claim and a completion need and nothing else.
+MINIMAL_TABLE = "bench_minimal_queue"
+MINIMAL_DDL = f"""
+CREATE TABLE IF NOT EXISTS {MINIMAL_TABLE} (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    status text NOT NULL DEFAULT 'pending',
+    priority integer NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT statement_timestamp(),
+    started_at timestamptz,
+    completed_at timestamptz,
+    lease_holder text,
+    lease_token bigint NOT NULL DEFAULT 0,
+    lease_expires_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS {MINIMAL_TABLE}_claim_idx
+    ON {MINIMAL_TABLE} (priority DESC, created_at, id) WHERE status = 'pending'
+"""
+
+MINIMAL_CLAIM = f"""
+WITH picked AS (
+    SELECT id FROM {MINIMAL_TABLE} WHERE status = 'pending'
+    ORDER BY priority DESC, created_at, id
+    LIMIT {{batch}}
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {MINIMAL_TABLE} AS q SET
+    status = 'in_progress', lease_holder = %(holder)s, lease_token = q.lease_token + 1,
+    lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
+    started_at = statement_timestamp()
+FROM picked WHERE q.id = picked.id
+RETURNING q.id, q.lease_token
+"""
+
+MINIMAL_COMPLETE = f"""
+UPDATE {MINIMAL_TABLE} AS q SET
+    status = 'completed', lease_holder = NULL, lease_expires_at = NULL,
+    completed_at = statement_timestamp()
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS done(id, lease_token)
+WHERE q.id = done.id AND q.lease_token = done.lease_token
+  AND q.lease_holder = %(holder)s AND q.status = 'in_progress'
+"""
+
 COMPLETE = """
 UPDATE work_items AS w SET
     status = 'completed', output_data = NULL, error_message = NULL,
@@ -74,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-seconds", type=float, default=300.0)
     parser.add_argument("--start-at", type=float, default=0.0, help="time.time() to start at")
     parser.add_argument("--max-seconds", type=float, default=600.0)
+    parser.add_argument(
+        "--table",
+        choices=("engine", "minimal"),
+        default="engine",
+        help=f"work_items (engine, default) or {MINIMAL_TABLE} (minimal)",
+    )
     args = parser.parse_args(argv)
     if args.batch < 1:
         parser.error(f"--batch must be at least 1, got {args.batch}")
@@ -81,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     conn = connect(args.database_url)
     # K is written into the statement, so the planner always knows how small
     # the limit is (a generic plan of a prepared `LIMIT $n` assumes 10% of the rows).
-    statement = CLAIM.format(batch=args.batch)
+    minimal = args.table == "minimal"
+    statement = (MINIMAL_CLAIM if minimal else CLAIM).format(batch=args.batch)
+    complete = MINIMAL_COMPLETE if minimal else COMPLETE
     claim = {"holder": args.holder, "lease": args.lease_seconds, "work_type": args.work_type}
     delay = args.start_at - time.time()
     if delay > 0:
@@ -105,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 "tokens": [row[1] for row in claimed],
                 "holder": args.holder,
             }
-            cur = conn.execute(COMPLETE, done)
+            cur = conn.execute(complete, done)
             completed += cur.rowcount
             lost += len(claimed) - cur.rowcount
     seconds = time.perf_counter() - started
@@ -114,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "holder": args.holder,
                 "batch": args.batch,
+                "table": args.table,
                 "completed": completed,
                 "lost": lost,
                 "rounds": rounds,

@@ -208,3 +208,68 @@ def drain_ceiling(
     kind = f"plain psycopg loop, batch {batch}"
     result = gated_drain(bench, n, m, kind, spawn, vacuum=True, partial=True)
     return {"batch": batch, **result}
+
+
+def drain_minimal(bench: Bench, n: int, m: int, batch: int = 100) -> dict[str, Any]:
+    """m rows of the minimal queue table (`bench.ceiling.MINIMAL_TABLE`) drained by n
+    plain psycopg loops claiming up to `batch` rows at a time.
+
+    Prepared as the engine-table loops are (a fresh, filled, analyzed table, a
+    CHECKPOINT, the gate); the rate is on the database clock from the same
+    columns: m / (last completed_at - first started_at).
+    """
+    from bench.ceiling import MINIMAL_DDL, MINIMAL_TABLE
+
+    bench.sql(MINIMAL_DDL)
+    bench.sql(f"TRUNCATE {MINIMAL_TABLE}")
+    bench.sql(
+        f"INSERT INTO {MINIMAL_TABLE} (created_at) "
+        "SELECT statement_timestamp() + g * interval '1 microsecond' "
+        "FROM generate_series(1, %s) AS g",
+        [m],
+    )
+    bench.vacuum_analyze(MINIMAL_TABLE)
+    bench.checkpoint()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    at_gate: dict[str, Any] = {}
+
+    def spawn(i: int) -> subprocess.Popen[bytes]:
+        return bench.procs.spawn(
+            [PYTHON, "-m", "bench.ceiling", bench.url, f"minimal-{i}", "--table", "minimal",
+             "--batch", str(batch), "--max-seconds", str(bench.sizes.ceiling_max_s)],
+            env=bench.env,
+            name=f"minimal-k{batch}-n{n}-{i}",
+        )[0]  # fmt: skip
+
+    def note(procs: list[subprocess.Popen[bytes]]) -> None:
+        at_gate["cpu"] = sum(proc_cpu_s(p.pid) for p in procs)
+        at_gate["xact"] = bench.xact_commits()
+
+    kind = f"plain psycopg loop over {MINIMAL_TABLE}, batch {batch}"
+    procs = gate_and_start(bench, n, kind, spawn, note, table=MINIMAL_TABLE)
+    start = time.perf_counter()
+    bench.procs.wait_all(procs, timeout_s=max(120.0, m / 50), what=kind)
+    wall = time.perf_counter() - start
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    bench.check_exit(procs, kind)
+    completed, total, span = bench.sql(
+        f"SELECT count(*) FILTER (WHERE status = 'completed'), count(*), "
+        f"extract(epoch FROM max(completed_at) - min(started_at)) FROM {MINIMAL_TABLE}"
+    )[0]
+    if not completed:
+        raise BenchError(f"{kind} completed nothing of {total} rows")
+    span = float(span or 0.0)
+    child_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime) - at_gate["cpu"]
+    return {
+        "table": MINIMAL_TABLE,
+        "batch": batch,
+        "workers": n,
+        "items": total,
+        "completed": completed,
+        "span_s": round(span, 3),
+        "jobs_per_s": round(completed / span, 1) if span > 0 else None,
+        "wall_s": round(wall, 3),
+        "wall_jobs_per_s": round(completed / wall, 1),
+        "capped": completed < total,
+        **cost_per_job(bench, completed, child_cpu, at_gate["xact"]),
+    }

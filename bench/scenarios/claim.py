@@ -206,9 +206,17 @@ def run(bench: Bench) -> dict[str, Any]:
         result = claimers(bench, count_of, batch, n, think)
         progress(f"    claim ms {result['claim_ms']}")
         runs.append(result)
+    # The host decides a claim's absolute latency (its round trips and CPUs
+    # shared with the claimers); what the engine decides is how much four
+    # claimers at once add to one claimer's in the same run.
+    alone = {r["think_ms"]: r["claim_ms"].get("p99") for r in runs if r["claimers"] == 1}
     for result in runs:
-        p99 = result["claim_ms"].get("p99")
-        result["met"] = p99 is not None and p99 < TARGETS["claim_p99_ms"]
+        if result["claimers"] != 4 or result["batch"] != 1:
+            continue
+        p99, one = result["claim_ms"].get("p99"), alone.get(result["think_ms"])
+        ratio = round(p99 / one, 2) if p99 and one else None
+        result["p99_ratio_to_one_claimer"] = ratio
+        result["met"] = ratio is not None and ratio <= TARGETS["claim_p99_ratio_4_to_1"]
     saturated = next(
         r for r in runs if r["claimers"] == 4 and r["batch"] == 1 and not r["think_ms"]
     )
@@ -221,7 +229,9 @@ def run(bench: Bench) -> dict[str, Any]:
         "runs": runs,
         "p99_ms_4_claimers_saturated": saturated["claim_ms"].get("p99"),
         "p99_ms_4_claimers_paced": paced["claim_ms"].get("p99"),
-        "target_p99_ms": TARGETS["claim_p99_ms"],
+        "p99_ratio_4_to_1_saturated": saturated["p99_ratio_to_one_claimer"],
+        "p99_ratio_4_to_1_paced": paced["p99_ratio_to_one_claimer"],
+        "target_p99_ratio_4_to_1": TARGETS["claim_p99_ratio_4_to_1"],
         "met": saturated["met"] and paced["met"],
         "pause_check": pause_check_cost(bench),
     }
@@ -229,15 +239,19 @@ def run(bench: Bench) -> dict[str, Any]:
 
 def rows(r: dict[str, Any]) -> Iterator[Row]:
     for run in r["runs"]:
-        is_target = run["claimers"] == 4 and run["batch"] == 1
         think = f" think {run['think_ms']:g} ms" if run["think_ms"] else " flat out"
         yield Row(
             f"claim ms, {run['claimers']} claimer(s) batch {run['batch']}{think} p50/p99",
             p50_p99(run["claim_ms"]),
-            "p99 < 5" if is_target else "",
-            run.get("met") if is_target else None,
             absolute=True,
         )
+        if "p99_ratio_to_one_claimer" in run:
+            yield Row(
+                f"  claim p99, 4 claimers / 1 claimer,{think}",
+                run["p99_ratio_to_one_claimer"],
+                f"<= {TARGETS['claim_p99_ratio_4_to_1']:g}",
+                run["met"],
+            )
     check = r.get("pause_check")
     if check:
         client, server = check["claim_ms"], check["server_median_ms"]

@@ -1,17 +1,19 @@
-"""peers: procrastinate, django-tasks-db and django-q2 drain the same no-op jobs as runworker.
+"""peers: procrastinate, django-tasks-db, django-q2 and oban-py drain the no-op jobs runworker does.
 
 Each peer runs from the bench-only virtualenv (`bench.peers.venv`) in its own
 database on the same server, configured as its documentation shows and left at
-its defaults (`bench.peers.site`): `manage.py procrastinate worker` and
-`manage.py db_worker` as N processes, django-q2 as one `qcluster` with N
-workers (its unit of scale). P jobs (default 20,000) wait before each run, and
+its defaults (`bench.peers.site`, `bench.peers.oban`): `manage.py procrastinate
+worker` and `manage.py db_worker` as N processes, django-q2 as one `qcluster`
+with N workers (its unit of scale), oban-py as N `oban start` processes (its
+CLI) at its documented queue limit of 10 and at limit 1 (one job at a time, as
+the others run by default). P jobs (default 20,000) wait before each run, and
 the processes start behind the same gate as the drains (a lock on the peer's
 job table until every process waits on its first claim), right after an
 ANALYZE of that table: every peer, like runworker, plans its claim far worse
 on the statistics of an emptied table (django-tasks-db drained 2.3 times
 slower), and this scenario compares how fast each drains, not how each copes
 with a burst (`burst` measures that for runworker). The rate is the jobs
-finished from the gate's release until all are done or W seconds (default 6)
+finished from the gate's release until all are done or W seconds (default 4)
 have passed, read every 0.1 s on the database clock; the same for `runworker`
 (default settings, N processes) in the bench database.
 """
@@ -47,6 +49,17 @@ class Peer:
     table: str  # the job table the gate locks
     remaining: str  # SQL: jobs not finished yet
     one_process: bool = False  # one process with N workers (django-q2's cluster)
+    oban_limit: int | None = None  # oban-py: its CLI with this queue limit, not Django's
+
+
+def _oban(limit: int) -> Peer:
+    return Peer(
+        f"oban (limit {limit})",
+        ("-m", "oban", "start", "--queues", f"default:{limit}"),
+        "oban_jobs",
+        "SELECT count(*) FROM oban_jobs WHERE state IN ('available', 'executing')",
+        oban_limit=limit,
+    )
 
 
 PEERS = (
@@ -64,6 +77,8 @@ PEERS = (
         "WHERE status IN ('READY', 'RUNNING')",
     ),
     Peer("django-q2", ("qcluster",), "django_q_ormq", "SELECT count(*) FROM django_q_ormq", True),
+    _oban(10),  # the limit oban-py's documentation starts a queue with
+    _oban(1),
 )
 OURS = "SELECT count(*) FROM work_items WHERE status IN ('pending', 'in_progress')"
 
@@ -127,10 +142,13 @@ def _ratios(
 
 
 def _django(python: str, env: dict[str, str], *args: str, what: str) -> str:
+    return _python(python, env, "-m", "django", *args, what=what)
+
+
+def _python(python: str, env: dict[str, str], *args: str, what: str) -> str:
     done = subprocess.run(
-        [python, "-m", "django", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
+        [python, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0:
         raise BenchError(f"{what} failed:\n{(done.stderr or done.stdout)[-2000:]}")
     return done.stdout
@@ -139,8 +157,16 @@ def _django(python: str, env: dict[str, str], *args: str, what: str) -> str:
 def _top_up(python: str, env: dict[str, str], url: str, peer: Peer, items: int) -> None:
     """Enqueue what it takes for `items` jobs to wait, through the peer's own API."""
     with connect(url) as conn:
-        waiting = conn.execute(peer.remaining).fetchone()[0]
-    if waiting < items:
+        installed = (
+            peer.oban_limit is None
+            or conn.execute("SELECT to_regclass('oban_jobs') IS NOT NULL").fetchone()[0]
+        )
+        waiting = conn.execute(peer.remaining).fetchone()[0] if installed else 0
+    if waiting < items and peer.oban_limit is not None:
+        # Installs oban-py's schema into the peers' database on first use.
+        _python(python, env, "-m", "bench.peers.oban.enqueue", url, str(items - waiting),
+                what=f"enqueueing {peer.name} jobs")  # fmt: skip
+    elif waiting < items:
         _django(python, env, "bench_enqueue", peer.name, str(items - waiting),
                 what=f"enqueueing {peer.name} jobs")  # fmt: skip
     with connect(url) as conn:
@@ -150,9 +176,14 @@ def _top_up(python: str, env: dict[str, str], url: str, peer: Peer, items: int) 
 def _peer_spawn(
     bench: Bench, python: str, env: dict[str, str], peer: Peer, n: int
 ) -> Callable[[int], subprocess.Popen[bytes]]:
+    if peer.oban_limit is not None:
+        command = [python, *peer.worker, "--dsn", env["BENCH_PEER_DATABASE_URL"]]
+    else:
+        command = [python, "-m", "django", *peer.worker]
+
     def spawn(i: int) -> subprocess.Popen[bytes]:
         return bench.procs.spawn(
-            [python, "-m", "django", *peer.worker],
+            command,
             env={**env, "BENCH_PEER_WORKERS": str(n)},
             name=f"peer-{peer.name}-{n}-{i}",
         )[0]

@@ -142,6 +142,19 @@ def test_quick_bench_reports_every_scenario() -> None:
         repeated["loop_jobs_per_s_runs"]
     )
     assert repeated["ratio_runworker_to_ceiling"] == round(expected, 3)
+    # The same K = 100 loop over the minimal queue table, at the same process counts.
+    minimal = ceiling["minimal_runs"]
+    assert {r["workers"] for r in minimal} == {r["workers"] for r in k100}, minimal
+    for run in minimal:
+        assert run["batch"] == 100 and run["completed"] == run["items"] > 0, run
+        assert _positive(run["jobs_per_s"]) and _positive(run["wall_jobs_per_s"]), run
+        _costed(run)
+        assert _positive(run["ratio_runworker_to_ceiling"]), run
+    [repeated] = [r for r in minimal if r["workers"] == at]
+    expected = statistics.median(drains["default"]) / statistics.median(
+        repeated["loop_jobs_per_s_runs"]
+    )
+    assert repeated["ratio_runworker_to_ceiling"] == round(expected, 3)
 
     for run in records["options"]["runs"]:
         _drained(run)
@@ -198,6 +211,14 @@ def test_quick_bench_reports_every_scenario() -> None:
         windows = run["enqueue_to_start_ms_by_window"]
         assert windows and windows[0]["from_s"] == 0, run
         assert all(_positive(w["p99"]) and w["p99"] >= w["p50"] for w in windows), run
+        # The cost per job beside a drain's: the workers' CPU and transactions.
+        _costed(run)
+        assert _positive(run["cpu_to_drain"]), run
+    assert [r["load"] for r in steady["runs"]] == [0.1, 0.5]
+    assert steady["low_load"] == 0.1
+    _costed(steady["drain_cost"])
+    assert isinstance(steady["low_load_xact_met"], bool), steady
+    assert isinstance(steady["low_load_cpu_met"], bool), steady
 
     longtx = records["longtx"]
     assert [r["long_transaction"] for r in longtx["runs"]] == [False, True]
@@ -209,6 +230,10 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert {(1, False), (1, True), (4, False), (4, True)} <= shapes, shapes
     for run in records["claim"]["runs"]:
         assert run["claim_ms"]["n"] > 0 and _positive(run["claim_ms"]["p99"]), run
+        # Four claimers' p99 against one claimer's with the same pause, same run.
+        if run["claimers"] == 4 and run["batch"] == 1:
+            assert _positive(run["p99_ratio_to_one_claimer"]), run
+            assert isinstance(run["met"], bool), run
         assert _positive(run["server_explain_ms_fresh_backlog"]["execution_ms"]), run
     # The pause check's cost: both variants measured, claim by claim and by drains.
     check = records["claim"]["pause_check"]
@@ -239,6 +264,10 @@ def test_quick_bench_reports_every_scenario() -> None:
         elif run["expired"] <= 1_000:  # several fresh-process passes; their median is reported
             passes = run["wall_ms_runs"]
             assert len(passes) == 2 and run["wall_ms"] == sorted(passes)[1], run
+            if run["variant"] == AS_MIGRATED:  # each pass followed by its floor
+                floors = run["floor_ms_runs"]
+                assert len(floors) == 2 and run["floor_ms"] == sorted(floors)[1], run
+                assert run["ratio_to_floor"] == round(run["wall_ms"] / run["floor_ms"], 2)
         else:
             assert "wall_ms_runs" not in run, run
 
@@ -266,7 +295,13 @@ def test_quick_bench_reports_every_scenario() -> None:
 def test_quick_peers_drain_beside_runworker() -> None:
     records = _quick_bench(("peers",), timeout_s=1200)
     peers = records["peers"]
-    assert set(peers["peers"]) == {"procrastinate", "django-tasks-db", "django-q2"}
+    assert set(peers["peers"]) == {
+        "procrastinate",
+        "django-tasks-db",
+        "django-q2",
+        "oban (limit 10)",
+        "oban (limit 1)",
+    }
     for run in peers["runworker"]:
         assert run["finished"] > 0 and _positive(run["jobs_per_s"]), run
     for name, runs in peers["peers"].items():
