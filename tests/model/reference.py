@@ -270,6 +270,8 @@ class Reference:
                 return "key"
             item.status, item.retry_count, item.ready, item.superseded_by = PENDING, 0, True, None
             item.cancel_requested = False
+            # Counted again: a dependency purged since the failure is no longer waited for.
+            item.dependencies_left = sum(1 for d in item.deps if self.items[d].status != COMPLETED)
         return None
 
     def pause(self, kind: str, name: str, paused: bool) -> bool:
