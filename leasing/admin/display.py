@@ -14,8 +14,8 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..conf import get_settings
 from ..console.durations import EMPTY, humanize_seconds
+from ..console.leases import stale_after
 from ..models import Worker, WorkItem, WorkItemStatus
 
 if TYPE_CHECKING:
@@ -193,11 +193,11 @@ def heartbeat_age(item: ClockedWorkItem) -> SafeString | str:
     if item.heartbeat_at is None or item.status != WorkItemStatus.IN_PROGRESS:
         return EMPTY
     age = (item.db_now - item.heartbeat_at).total_seconds()
-    stale_after = get_settings().stale_heartbeat
-    if age > stale_after:
+    threshold = stale_after(item.work_type)  # its type's, as the dashboard counts it
+    if age > threshold:
         return format_html(
             '<span class="leasing-stale" title="No heartbeat for more than {}">{} (stale)</span>',
-            humanize_seconds(stale_after),
+            humanize_seconds(threshold),
             ago(age),
         )
     return ago(age)

@@ -5,7 +5,9 @@ Nothing here writes. Each function returns frozen dataclasses, so a template
 cannot trigger a query by walking a relation, and each query is shaped for an
 index so the pages stay fast on tables of millions of rows:
 
-* `leases`: in-progress items by lease health (the `in_progress` partial index);
+* `leases`: in-progress items by lease health (the `in_progress` partial index),
+  each type judged by its own heartbeat and each lease by its holder's liveness;
+* `retrying`: items failing but still retrying (pending with `retry_count > 0`);
 * `census`: items by status, the retry distribution and the claims counter
   (index-only scans of `work_items_status_retry_idx`);
 * `backlog`: the pending backlog (`work_items_claim_idx`) and throughput over
@@ -13,7 +15,7 @@ index so the pages stay fast on tables of millions of rows:
 * `processes`: workers and sweepers, their liveness and the leases they hold;
 * `timeline`: checkpoints of a task and the newest `error_boundary` ones;
 * `choices`: work types and queues offered by the list filters;
-* `charts` and `tiles`: the geometry of the inline SVG charts and the tiles;
+* `charts`, `tiles` and `strip`: the inline SVG charts, the tiles and the status strip;
 * `dashboard`: every figure of the dashboard page against one clock reading;
 * `replica`: how far the read database (`LEASING["READ_DATABASE"]`) is behind.
 

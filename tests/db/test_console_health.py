@@ -182,3 +182,18 @@ def test_the_strip_shows_the_replicas_lag_only_when_a_replica_is_read():
     fresh = replace(data, replica=ReplicaLag("replica", True, True, 0.5, 0, False))
     [entry] = [e for e in status_strip(fresh, "/list/", "/pauses/") if e.key == "replica"]
     assert entry.level == "ok"
+
+
+def test_the_lists_heartbeat_column_uses_the_same_per_type_threshold(viewer_client):
+    from leasing.handlers import registry
+
+    scenario = lease_scenario()
+    register_holders()
+    shift(scenario.healthy.work_item_id, heartbeat_at=-20)
+    registry.register("send_invoice", lambda ctx: None, heartbeat_interval=5, lease_duration=45)
+    try:
+        html = viewer_client.get("/admin/leasing/workitem/?lease_health=stale").content.decode()
+    finally:
+        registry.unregister("send_invoice")
+    assert scenario.healthy.work_item_id in html  # 20 s without a beat: stale for a 5 s type
+    assert re.search(r'title="No heartbeat for more than 15 s">2\d s ago \(stale\)', html)
