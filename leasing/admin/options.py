@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
@@ -76,6 +76,8 @@ class WorkItemAdmin(ReadOnlyAdmin):
         actions.force_fail_selected,
         actions.retry_failed_selected,
         actions.cancel_selected,
+        actions.delete_items_selected,
+        actions.run_now_selected,
     )
 
     list_refresh_seconds = 30  # the list refreshes itself in place (leasing/console.js)
@@ -83,6 +85,25 @@ class WorkItemAdmin(ReadOnlyAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         extra_context = {**(extra_context or {}), "leasing_refresh": self.list_refresh_seconds}
         return super().changelist_view(request, extra_context)
+
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        """On the list, only the actions that apply to the status it is filtered by."""
+        found = (
+            super().get_actions(request)
+            if action_location is None
+            else super().get_actions(request, action_location=action_location)
+        )
+        if actions.ActionLocation is not None and action_location not in (
+            None,
+            actions.ActionLocation.CHANGE_LIST,
+        ):
+            return found  # the item page narrows them to its item (render_change_form)
+        offered = actions.offered_for_status(request.GET.get(StatusFilter.parameter_name))
+        return {
+            name: action
+            for name, action in found.items()
+            if actions.ACTIONS_BY_NAME.get(name) in offered
+        }
 
     def has_force_release_permission(self, request: HttpRequest) -> bool:
         """`leasing.force_release_workitem`: the three operator actions."""
@@ -210,6 +231,16 @@ class WorkItemAdmin(ReadOnlyAdmin):
         form_url: str = "",
         obj: WorkItem | None = None,
     ) -> HttpResponse:
+        action_form = context.get("action_form")
+        if obj is not None and action_form is not None:
+            # Only what applies to this item now: no "retry" on a running item.
+            # get_object() read it through get_queryset(): it has the database clock.
+            clocked = cast(display.ClockedWorkItem, obj)
+            offered = {actions.ACTION_NAMES[a] for a in actions.offered_for(clocked)}
+            field = action_form.fields["action"]
+            field.choices = [(n, label) for n, label in field.choices if not n or n in offered]
+            if len(field.choices) <= 1:
+                context["action_form"] = None  # nothing applies: no empty menu
         if obj is not None:
             visible = display.payloads_visible(request.user)
             context["payloads_visible"] = visible
