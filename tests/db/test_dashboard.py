@@ -359,7 +359,7 @@ def test_dashboard_ignores_malformed_settings_with_a_message(viewer):
     response = viewer.get(dashboard_url("window=7&refresh=soon"))
     assert response.status_code == 200
     html = response.content.decode()
-    assert "Invalid settings were ignored" in html
+    assert 'id="leasing-ignored"' in html and "window=7:" in html
     assert "Throughput, last 1 h" in html
     assert '<meta http-equiv="refresh" content="30">' in html
 

@@ -25,7 +25,7 @@ from ...sql.runner import database_now
 from .. import bulk
 from ..display import ChangeUrls
 from ..forms import BulkActionForm, WindowForm
-from .common import console_context
+from .common import console_context, ignored_values
 
 if TYPE_CHECKING:
     from ..options import WorkItemAdmin
@@ -42,6 +42,7 @@ def errors_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Template
     item_url = ChangeUrls(model_admin.admin_site.name)
     retry_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors_retry")
     context |= {
+        "ignored": ignored_values(form),
         "form": form,
         "window_label": WindowForm.WINDOWS[minutes],
         "groups": [

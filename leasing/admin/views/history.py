@@ -17,7 +17,7 @@ from ...console.plots import WEEKDAYS, duration_chart, heat_map, worker_bars
 from ...console.windows import bucket_bounds
 from ...sql.runner import database_now
 from ..forms import WindowForm
-from .common import console_context, render_console
+from .common import console_context, ignored_values, render_console
 
 if TYPE_CHECKING:
     from ..options import WorkItemAdmin
@@ -39,6 +39,7 @@ def history_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templat
     durations = run_durations(window_minutes=minutes, now=now, using=using, finished=window)
     stats = analytics(window_minutes=minutes, now=now, using=using, week=week, finished=window)
     context |= {
+        "ignored": ignored_values(form),
         "form": form,
         "window_label": WindowForm.WINDOWS[minutes],
         "now": now,
