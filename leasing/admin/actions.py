@@ -17,6 +17,7 @@ status.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from django.contrib import admin, messages
 from django.contrib.admin import options as admin_options
@@ -202,6 +203,9 @@ def operator_action(
     if form.is_valid():
         apply(modeladmin, request, action, form)
         return_to = _safe_return_to(request, request.POST.get(RETURN_FIELD, ""))
+        changelist = reverse(f"{modeladmin.admin_site.name}:leasing_workitem_changelist")
+        if action == Action.DELETE and urlsplit(return_to).path != changelist:
+            return_to = changelist  # the item's own page is gone with it
         return HttpResponseRedirect(return_to) if return_to else None
     if form.has_token_errors:
         # The hidden fields were altered or lost: nothing is applied, and the

@@ -345,7 +345,7 @@ def test_dashboard_warns_when_the_watchdog_is_dead(viewer, leasing_settings):
 
 def test_dashboard_refreshes_itself_keeping_its_query_string(viewer):
     html = viewer.get(dashboard_url()).content.decode()
-    assert '<meta http-equiv="refresh" content="30">' in html
+    assert '<meta http-equiv="refresh" content="5">' in html
     # A meta refresh without a URL reloads the same URL, query string included.
     html = viewer.get(dashboard_url("window=15&refresh=10")).content.decode()
     assert '<meta http-equiv="refresh" content="10">' in html
@@ -361,7 +361,7 @@ def test_dashboard_ignores_malformed_settings_with_a_message(viewer):
     html = response.content.decode()
     assert 'id="leasing-ignored"' in html and "window=7:" in html
     assert "Throughput, last 1 h" in html
-    assert '<meta http-equiv="refresh" content="30">' in html
+    assert '<meta http-equiv="refresh" content="5">' in html
 
 
 def test_dashboard_is_linked_from_the_admin_index_and_the_list(viewer):
