@@ -321,7 +321,7 @@ class CheckpointAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
         "sequence_number",
         "type_badge",
         "work_item_link",
-        "created_at",
+        "created",
     )
     list_filter = ("checkpoint_type",)
     search_fields = ("=task_id", "=work_item__work_item_id")
@@ -330,15 +330,16 @@ class CheckpointAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
     search_help_text = "Exact task id or work item id (several: separate by spaces)."
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-checkpoint_id")
-    sortable_by = ("sequence_number", "created_at")
+    sortable_by = ("sequence_number", "created")
     list_per_page = 100
+    created = display.time_column("created_at", "created at")
     detail_fields = (
         "checkpoint_id",
         "task_link",
         "sequence_number",
         "type_badge",
         "work_item_link",
-        "created_at",
+        "created",
     )
     payload_fields = ("snapshot_payload", "metadata_payload")
 
@@ -364,9 +365,9 @@ class IdempotencyKeyAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
         "status",
         "task_id",
         "work_item_link",
-        "created_at",
-        "completed_at",
-        "expires_at",
+        "created",
+        "completed",
+        "expires",
     )
     list_filter = ("status",)
     search_fields = ("=idempotency_key", "=task_id")
@@ -374,16 +375,19 @@ class IdempotencyKeyAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
     search_help_text = "Exact idempotency key or task id."
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-idempotency_key")
-    sortable_by = ("idempotency_key", "created_at", "completed_at", "expires_at")
+    sortable_by = ("idempotency_key", "created", "completed", "expires")
+    created = display.time_column("created_at", "created at")
+    completed = display.time_column("completed_at", "completed at")
+    expires = display.time_column("expires_at", "expires at")
     detail_fields = (
         "idempotency_key",
         "status",
         "task_id",
         "work_item_link",
         "request_hash",
-        "created_at",
-        "completed_at",
-        "expires_at",
+        "created",
+        "completed",
+        "expires",
     )
     payload_fields = ("response_payload",)
 
@@ -402,13 +406,13 @@ class WorkerAdmin(ReadOnlyAdmin):
         "hostname",
         "pid",
         "last_seen",
-        "started_at",
+        "started",
         "concurrency",
         "items_completed",
         "items_failed",
         "scans",
         "items_recovered",
-        "last_scan_at",
+        "last_scan",
     )
     list_filter = ("role", "status")
     search_fields = ("=worker_id", "=hostname")
@@ -420,8 +424,8 @@ class WorkerAdmin(ReadOnlyAdmin):
         "last_seen",
         "hostname",
         "pid",
-        "started_at",
-        "stopped_at",
+        "started",
+        "stopped",
         "concurrency",
         "work_types",
         "queues",
@@ -430,9 +434,12 @@ class WorkerAdmin(ReadOnlyAdmin):
         "items_failed",
         "scans",
         "items_recovered",
-        "last_scan_at",
+        "last_scan",
         "last_scan_stats",
     )
+    started = display.time_column("started_at", "started at")
+    stopped = display.time_column("stopped_at", "stopped at")
+    last_scan = display.time_column("last_scan_at", "last scan at")
     HELD_ITEMS_SHOWN = 50
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[display.ClockedWorker]:

@@ -1,4 +1,5 @@
-"""GIN indexes for the console's search in payloads (`?input__customer=acme`). No-op on SQLite.
+"""GIN indexes for the console's search in payloads (`?input__customer=acme`), no-op on
+SQLite; the operators' permission named for the delete and run-now actions too.
 
 `input_data @> '{"customer": "acme"}'` is answered from a GIN index with the
 `jsonb_path_ops` operator class (a hash of each path to a value: smaller and
@@ -52,4 +53,22 @@ class Migration(migrations.Migration):
 
     dependencies = [("leasing", "0013_cancellation")]
 
-    operations = [migrations.RunPython(forward, reverse, elidable=False)]
+    operations = [
+        migrations.RunPython(forward, reverse, elidable=False),
+        # The operators' permission also covers the delete and run-now actions.
+        migrations.AlterModelOptions(
+            name="workitem",
+            options={
+                "get_latest_by": "created_at",
+                "ordering": ["-created_at"],
+                "permissions": [
+                    (
+                        "force_release_workitem",
+                        "Can force-release, force-fail, retry, cancel, delete and run now "
+                        "work items",
+                    ),
+                    ("view_payload", "Can view work item and checkpoint payloads"),
+                ],
+            },
+        ),
+    ]

@@ -25,6 +25,10 @@ def test_every_time_of_the_item_page_and_the_list_has_seconds(scenario, operator
     listed = operator_client.get(reverse("admin:leasing_workitem_changelist")).content.decode()
     cells = re.findall(r'<td class="field-created[^"]*">(.*?)</td>', listed)
     assert cells and all(re.fullmatch(SECONDS, c) for c in cells), cells
+    for model, column in (("checkpoint", "created"), ("idempotencykey", "created")):
+        listed = operator_client.get(reverse(f"admin:leasing_{model}_changelist")).content
+        cells = re.findall(rf'<td class="field-{column}[^"]*">(.*?)</td>', listed.decode())
+        assert cells and all(re.fullmatch(SECONDS, c) for c in cells), (model, cells)
 
 
 @pytest.mark.parametrize(
