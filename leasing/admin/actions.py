@@ -4,8 +4,9 @@ run now.
 Each is guarded by the permission `leasing.force_release_workitem`, and offered
 only where it applies: on an item's page, the actions of its status (and run
 now only for a deferred item); on the list, those of the status it is
-filtered by (every action when unfiltered: the confirmation page then says
-which rows each one would change). Choosing
+filtered by, or of running items on a lease health filter (every action
+when unfiltered: the confirmation page then says which rows each one would
+change). Choosing
 one shows a confirmation page that asks for a reason and carries each item's
 lease (token and last heartbeat); confirming calls
 `leasing.services.operations.apply_action` once per item, a fenced compare-and-swap

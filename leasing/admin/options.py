@@ -140,7 +140,10 @@ class WorkItemAdmin(ReadOnlyAdmin):
             actions.ActionLocation.CHANGE_LIST,
         ):
             return found  # the item page narrows them to its item (render_change_form)
-        offered = actions.offered_for_status(request.GET.get(StatusFilter.parameter_name))
+        status = request.GET.get(StatusFilter.parameter_name)
+        if status is None and request.GET.get(LeaseHealthFilter.parameter_name):
+            status = WorkItemStatus.IN_PROGRESS  # every lease health is of a running item
+        offered = actions.offered_for_status(status)
         return {
             name: action
             for name, action in found.items()

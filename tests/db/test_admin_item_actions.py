@@ -92,6 +92,7 @@ def test_the_list_offers_the_actions_of_the_status_it_is_filtered_by(scenario, o
         "cancel_selected",
     }
     assert "run_now_selected" in menu("status__exact=pending")
+    assert menu("lease_health=stale") == menu("status__exact=in_progress")
 
 
 def test_a_viewer_is_offered_no_action(scenario, viewer_client):
