@@ -118,6 +118,13 @@ def apply_action(
 ) -> OperatorResult:
     """Apply one operator action as a fenced compare-and-swap.
 
+    `action`: `force_release` (in progress), `force_fail` (pending or in
+    progress), `retry` (failed or cancelled), `cancel` (pending; a running
+    item is asked to stop), `delete` (pending or finished: the row, its
+    checkpoints and edges go, the audit record stays on its task tied to no
+    item; skipped while unfinished items depend on it) or `run_now` (a
+    pending item whose `run_after` is ahead: made due at the database's now).
+
     `expected_token` is the `lease_token` the operator saw (None: do not check
     it); a new claim changes it. `expected_heartbeat_at` is the `heartbeat_at`
     they saw: every renewal moves it, so a lease renewed since the page was

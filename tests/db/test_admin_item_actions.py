@@ -12,6 +12,7 @@ import re
 import django
 import pytest
 from django.contrib.admin.models import DELETION, LogEntry
+from django.urls import reverse
 
 from leasing import enqueue
 from leasing.models import Checkpoint, WorkItem
@@ -169,3 +170,16 @@ def test_an_action_that_does_not_apply_posted_anyway_changes_nothing(scenario, o
         done = confirm(operator_client, page, reason="no")
         assert any("skipped: it is in_progress" in m for m in messages_of(done))
     assert row(item_id)["status"] == "in_progress"
+
+
+def test_a_deletion_stays_on_its_tasks_timeline_for_every_viewer(viewer_client):
+    from leasing import apply_action
+
+    item = enqueue("task-gone", "noop")
+    result = apply_action(
+        "delete", item.pk, expected_token=0, actor="alice", reason="a duplicate of 42"
+    )
+    assert result.applied and result.new_status == "deleted"
+    html = viewer_client.get(reverse("admin:leasing_workitem_timeline", args=["task-gone"]))
+    text = html.content.decode()
+    assert f"delete of {item.pk} (was pending) by alice: a duplicate of 42" in text
