@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from leasing import enqueue
+from leasing import LeaseManager, create_checkpoint, enqueue
 from leasing.models import Checkpoint, WorkItem
 from tests.support.admin import VIEW_ALL, claim, make_user
 from tests.support.browser import log_in, operator, shot
@@ -143,3 +143,22 @@ def test_payload_search_with_and_without_the_payload_permission(live_server, pag
     assert page.locator("#leasing-payload-search").count() == 0
     assert "permission" in page.locator("#leasing-ignored").inner_text()
     assert page.locator("#result_list tbody tr").count() == 2  # not filtered
+
+
+def test_a_running_tasks_timeline_shows_new_checkpoints_without_a_reload(live_server, page):
+    lease = claim("task-at-work", "worker-1")
+    create_checkpoint("task-at-work", "iteration_start", {"step": 1}, lease=lease)
+    done = claim("task-done", "worker-1")
+    LeaseManager("worker-1").release_lease(done.work_item_id, True, token=done.token)
+    operator()
+    log_in(page, live_server, "operator")
+
+    page.goto(f"{live_server.url}/admin/leasing/workitem/timeline/task-done/")
+    assert page.locator("[data-leasing-refresh]").count() == 0  # finished: nothing to refresh
+
+    page.goto(f"{live_server.url}/admin/leasing/workitem/timeline/task-at-work/")
+    page.evaluate(COUNT_REFRESHES)
+    assert page.locator("#leasing-timeline > li").count() == 1
+    create_checkpoint("task-at-work", "iteration_end", {"step": 1}, lease=lease)
+    page.wait_for_selector("#seq-2", timeout=12_000)
+    assert page.evaluate("window.leasingMarker") == "no reload since"
