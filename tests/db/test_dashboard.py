@@ -389,12 +389,12 @@ def test_timeline_page_lists_checkpoints_with_type_colours_and_links(viewer):
     assert '<span class="leasing-badge leasing-cp-error_boundary">Error boundary</span>' in html
     assert f'href="/admin/leasing/workitem/{lease.work_item_id}/change/"' in html
     assert "<time datetime=" in html
-    assert "<details>" not in html and SECRET not in html
+    assert "<details" not in html and SECRET not in html
 
     auditor = Client()
     auditor.force_login(make_user("auditor", *VIEW_ALL, PAYLOAD))
     html = auditor.get(timeline_url("task-t")).content.decode()
-    assert html.count("<details>") == 2 and "<summary>Snapshot</summary>" in html
+    assert html.count("<details data-key=") == 2 and "<summary>Snapshot</summary>" in html
     assert SECRET in html
 
 
