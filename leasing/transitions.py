@@ -169,6 +169,25 @@ CANCEL = _t(
     "operator",
     "An item not yet running is cancelled at once (`leasing.cancel()`, the admin, the command).",
 )
+# An operator removes an item for good (Sidekiq's and Oban Web's "delete"): one not yet
+# claimed, or a finished one. Its checkpoints and edges go with it; the audit record
+# of the deletion stays on its task (a checkpoint not tied to the item).
+DELETE = _t(
+    "delete",
+    (PENDING, COMPLETED, FAILED, CANCELLED),
+    (GONE,),
+    "operator",
+    "An operator deletes an item not yet running, or a finished one, with a reason.",
+)
+# A deferred item (a retry's backoff, a scheduled run) made due now: no change of
+# status, only `run_after` moved to the database's now.
+RUN_NOW = _t(
+    "run_now",
+    (PENDING,),
+    (PENDING,),
+    "operator",
+    "An operator makes a deferred pending item due now (run_after = the database's now).",
+)
 DEPENDENCY_FAILED = _t(
     "dependency_failed",
     (PENDING,),
@@ -191,6 +210,8 @@ TRANSITIONS: tuple[Transition, ...] = (
     FORCE_FAIL,
     RETRY_FAILED,
     CANCEL,
+    DELETE,
+    RUN_NOW,
     DEPENDENCY_FAILED,
     PURGE,
 )
@@ -224,6 +245,9 @@ GUARDS: tuple[Guard, ...] = (
             "force_release": "the status and token the operator saw (the admin: its heartbeat too)",
             "force_fail": "the status and token the operator saw",
             "cancel": "the status (and token) the operator saw",
+            "delete": "never an item in progress; the status and token the operator saw",
+            "run_now": "pending only, with the token the operator saw: a claimed item is "
+            "left alone",
         },
     ),
     Guard(
@@ -242,6 +266,8 @@ GUARDS: tuple[Guard, ...] = (
             "retry_failed": "skipped (nothing written) while another item holds the key",
             "cancel": "releases the key",
             "dependency_failed": "releases the key",
+            "delete": "a deleted pending item releases its key with its row",
+            "run_now": "unchanged: the item keeps (or lacks) its key",
         },
     ),
     Guard(
@@ -262,6 +288,9 @@ GUARDS: tuple[Guard, ...] = (
             "dependency_failed": "its own dependents that chose 'fail' fail in turn",
             "purge": "never a failed item an unfinished dependent still waits for; "
             "otherwise its edges go with it",
+            "delete": "skipped while an unfinished dependent waits for it (not completed: it "
+            "would wait forever; cancel it instead); otherwise its edges go with it",
+            "run_now": "still waits for its dependencies (dependencies_left is unchanged)",
         },
     ),
     Guard(
@@ -278,6 +307,8 @@ GUARDS: tuple[Guard, ...] = (
             "force_fail": "allowed while paused",
             "cancel": "allowed while paused",
             "dependency_failed": "allowed while paused",
+            "delete": "allowed while paused",
+            "run_now": "still waits while paused: only its time is moved",
         },
     ),
     Guard(
@@ -348,6 +379,8 @@ GUARDS: tuple[Guard, ...] = (
             "(cancel_requested_at), seen by its handler within one heartbeat interval",
             "dependency_failed": "allowed",
             "purge": "cancelled items are purged like the other finished ones",
+            "delete": "a pending item asked nothing; cancelled ones are deleted like the others",
+            "run_now": "pending only: no run to stop",
         },
     ),
 )
@@ -356,6 +389,7 @@ GUARDS: tuple[Guard, ...] = (
 __all__ = [
     "CLAIM",
     "COMPLETE",
+    "DELETE",
     "DEPENDENCY_FAILED",
     "ENQUEUE",
     "EXPIRE",
@@ -366,6 +400,7 @@ __all__ = [
     "HAND_BACK",
     "PURGE",
     "RETRY_FAILED",
+    "RUN_NOW",
     "TRANSITIONS",
     "Guard",
     "Transition",

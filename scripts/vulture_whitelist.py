@@ -95,6 +95,10 @@ _.clean_timezone
 _.clean_missed
 _.clean_payload
 _.action_checkbox  # list_display entries and admin actions, named as strings
+_.lease_expires  # the admins' times to the second (display.time_column), named as strings
+_.expires
+_.last_scan
+_._mutable  # QueryDict: made read-only again after the list drops a bad filter value
 _.task_link
 _.status_badge
 _.type_badge

@@ -1,6 +1,12 @@
-"""The operator actions on work items: force-release, force-fail, retry failed.
+"""The operator actions on work items: force-release, force-fail, retry, cancel, delete,
+run now.
 
-Each is guarded by the permission `leasing.force_release_workitem`. Choosing
+Each is guarded by the permission `leasing.force_release_workitem`, and offered
+only where it applies: on an item's page, the actions of its status (and run
+now only for a deferred item); on the list, those of the status it is
+filtered by, or of running items on a lease health filter (every action
+when unfiltered: the confirmation page then says which rows each one would
+change). Choosing
 one shows a confirmation page that asks for a reason and carries each item's
 lease (token and last heartbeat); confirming calls
 `leasing.services.operations.apply_action` once per item, a fenced compare-and-swap
@@ -12,10 +18,12 @@ status.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from django.contrib import admin, messages
 from django.contrib.admin import options as admin_options
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.models import DELETION, LogEntry
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -27,6 +35,7 @@ from ..conf import WRITE_DATABASE
 from ..exceptions import LeasingError, WorkItemNotFound
 from ..models import WorkItem
 from ..services import operations
+from ..states import WorkItemStatus
 from . import bulk, display
 from .forms import BulkActionForm, OperatorActionForm
 from .guards import refusal_message, unstorable_ids
@@ -87,12 +96,44 @@ cancel_selected = _admin_action(
     "Cancel work item (a running one is asked to stop)",
     "Cancel selected work items (running ones are asked to stop)",
 )
+# Not `delete_selected`: Django's own site-wide action of that name deletes through
+# the ORM, which an item's audit trail must not (and which is refused here anyway).
+delete_items_selected = _admin_action(
+    Action.DELETE,
+    "delete_items_selected",
+    "Delete work item (pending or finished; audited)",
+    "Delete selected pending or finished work items (audited)",
+)
+run_now_selected = _admin_action(
+    Action.RUN_NOW,
+    "run_now_selected",
+    "Run now (a deferred pending item)",
+    "Run selected deferred pending items now",
+)
 ACTION_NAMES = {
     Action.FORCE_RELEASE: force_release_selected.__name__,
     Action.FORCE_FAIL: force_fail_selected.__name__,
     Action.RETRY: retry_failed_selected.__name__,
     Action.CANCEL: cancel_selected.__name__,
+    Action.DELETE: delete_items_selected.__name__,
+    Action.RUN_NOW: run_now_selected.__name__,
 }
+ACTIONS_BY_NAME = {name: action for action, name in ACTION_NAMES.items()}
+
+
+def offered_for(item: display.ClockedWorkItem) -> list[str]:
+    """The actions that apply to this item now (its status; deferred; asked to stop)."""
+    deferred = item.run_after is not None and item.run_after > item.db_now
+    stopping = item.cancel_requested_at is not None
+    return Action.offered(item.status, deferred=deferred, stopping=stopping)
+
+
+def offered_for_status(status: str | None) -> set[str]:
+    """The actions the list offers when filtered by `status` (None or unknown: all)."""
+    if status not in WorkItemStatus.values:
+        return set(Action.choices)
+    # A pending list may hold deferred items, a running one items not yet asked to stop.
+    return set(Action.offered(status, deferred=True))
 
 
 def _safe_return_to(request: HttpRequest, url: str) -> str:
@@ -163,6 +204,9 @@ def operator_action(
     if form.is_valid():
         apply(modeladmin, request, action, form)
         return_to = _safe_return_to(request, request.POST.get(RETURN_FIELD, ""))
+        changelist = reverse(f"{modeladmin.admin_site.name}:leasing_workitem_changelist")
+        if action == Action.DELETE and urlsplit(return_to).path != changelist:
+            return_to = changelist  # the item's own page is gone with it
         return HttpResponseRedirect(return_to) if return_to else None
     if form.has_token_errors:
         # The hidden fields were altered or lost: nothing is applied, and the
@@ -239,11 +283,10 @@ def bulk_by_filter(
 def confirmation_page(
     modeladmin: WorkItemAdmin, request: HttpRequest, action: str, form: OperatorActionForm
 ) -> TemplateResponse:
-    applies = Action.accepts[action]
     rows = [
         {
             "item": item,
-            "applies": item.status in applies,
+            "applies": action in offered_for(item),
             "lease_remaining": display.lease_remaining(item),
             "heartbeat_age": display.heartbeat_age(item),
         }
@@ -312,19 +355,25 @@ def apply(
             modeladmin.message_user(request, f"{item_id} {result.detail}.", messages.WARNING)
     if not applied:
         return
-    fresh = (
-        WorkItem.objects.using(WRITE_DATABASE)
-        .defer("input_data", "output_data")
-        .in_bulk([r.work_item_id for r in applied])
-    )
+    fresh: dict[str, WorkItem]
+    if action == Action.DELETE:  # no row left to read: log the one confirmed
+        fresh = {item.pk: item for item in form.items}
+    else:
+        fresh = (
+            WorkItem.objects.using(WRITE_DATABASE)
+            .defer("input_data", "output_data")
+            .in_bulk([r.work_item_id for r in applied])
+        )
     for result in applied:
         obj = fresh.get(result.work_item_id)
-        if obj is not None:
-            modeladmin.log_change(
-                request,
-                obj,
-                f"{text['verb']} ({result.old_status} → {result.new_status}): {reason}",
-            )
+        if obj is None:
+            continue
+        log = f"{text['verb']} ({result.old_status} → {result.new_status}): {reason}"
+        if action == Action.DELETE:
+            assert request.user.pk is not None  # the admin serves signed-in staff only
+            LogEntry.objects.log_actions(request.user.pk, [obj], DELETION, log)
+        else:
+            modeladmin.log_change(request, obj, log)
     count = len(applied)
     modeladmin.message_user(
         request, f"{count} work item{'s' if count != 1 else ''} {text['done']}.", messages.SUCCESS

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -107,6 +107,8 @@ def apply(
         .filter(pk__in=selection.ids)
         .values_list("pk", "lease_token")
     )
+    # A deleted row cannot be read back for its log entry: read them before.
+    before = _objects(list(tokens)) if action == operations.Action.DELETE else {}
     applied: list[str] = []
     skipped: Counter[str] = Counter()
     for item_id in selection.ids:
@@ -126,7 +128,15 @@ def apply(
             skipped[result.detail.removeprefix("skipped: ")] += 1
     text = ACTION_TEXT[action]
     if applied:
-        _log(request, applied, f"{text['verb']} (bulk: {selection.description}): {reason}")
+        message = f"{text['verb']} (bulk: {selection.description}): {reason}"
+        assert request.user.pk is not None  # the admin serves signed-in staff only
+        if before:
+            gone = [before[pk] for pk in applied if pk in before]
+            LogEntry.objects.log_actions(request.user.pk, gone, DELETION, message)
+        else:
+            LogEntry.objects.log_actions(
+                request.user.pk, list(_objects(applied).values()), CHANGE, message
+            )
         modeladmin.message_user(
             request,
             f"{len(applied):,} work item{'s' if len(applied) != 1 else ''} {text['done']} "
@@ -139,11 +149,7 @@ def apply(
         modeladmin.message_user(request, "Nothing matched any more; nothing changed.")
 
 
-def _log(request: HttpRequest, item_ids: list[str], message: str) -> None:
-    objects: Any = (
-        WorkItem.objects.using(WRITE_DATABASE)
-        .defer("input_data", "output_data")
-        .filter(pk__in=item_ids)
-    )
-    assert request.user.pk is not None  # the admin serves signed-in staff only
-    LogEntry.objects.log_actions(request.user.pk, list(objects), CHANGE, message)
+def _objects(item_ids: list[str]) -> dict[str, Any]:
+    """The items by id, read on the primary, without their payloads."""
+    items: Any = WorkItem.objects.using(WRITE_DATABASE).defer("input_data", "output_data")
+    return dict(items.in_bulk(item_ids))

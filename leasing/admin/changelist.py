@@ -19,6 +19,8 @@ from django.utils import formats, timezone
 from django.utils.functional import cached_property
 from django.utils.text import capfirst
 
+from . import payload_search
+
 SEARCH_TERMS_LIMIT = 50
 
 
@@ -45,7 +47,25 @@ def exact_search(
 
 
 class LeasingChangeList(ChangeList):
-    """Django's change list, hardened against out-of-range dates and cheap on large lists."""
+    """Django's change list, hardened against out-of-range dates and cheap on large lists.
+
+    On a list whose admin sets `payload_search`, the payload filters
+    (`leasing.admin.payload_search`) are no column lookups: they are left out
+    of Django's filters and applied here, when the admin allowed them
+    (`request.leasing_payload_filters`).
+    """
+
+    def get_filters_params(self, params: Any = None) -> Any:
+        lookup_params = super().get_filters_params(params)
+        if getattr(self.model_admin, "payload_search", False):
+            for name in [n for n in lookup_params if payload_search.is_payload_param(n)]:
+                del lookup_params[name]
+        return lookup_params
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        queryset = super().get_queryset(request, exclude_parameters)
+        filters = getattr(request, "leasing_payload_filters", None)
+        return payload_search.apply(queryset, filters) if filters else queryset
 
     def get_filters(self, request: HttpRequest) -> Any:
         # Django turns some bad date hierarchy values into IncorrectLookupParameters,

@@ -11,8 +11,10 @@ from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.db.models import Model
 from django.urls import reverse
+from django.utils.dateformat import format as format_date
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.timezone import localtime
 
 from ..console.durations import EMPTY, humanize_seconds
 from ..console.leases import stale_after
@@ -22,6 +24,26 @@ if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
 PAYLOAD_PERMISSION = "leasing.view_payload"
+# Every time the console shows, to the second (Django's default format stops at minutes).
+TIME_FORMAT = "Y-m-d H:i:s"
+
+
+def timestamp(value: datetime | None) -> str:
+    """A time in the site's time zone, to the second; `—` for None."""
+    if value is None:
+        return EMPTY
+    return format_date(localtime(value), TIME_FORMAT)
+
+
+def time_column(field: str, description: str) -> Callable[[Any, Any], str]:
+    """An admin column (or read-only field) showing `field` to the second."""
+
+    @admin.display(description=description, ordering=field)
+    def column(modeladmin: Any, obj: Any) -> str:
+        return timestamp(getattr(obj, field))
+
+    column.__name__ = f"{field}_to_the_second"
+    return column
 
 
 def payloads_visible(user: Any) -> bool:

@@ -159,17 +159,48 @@ class WindowForm(forms.Form):
     )
 
     def minutes(self) -> int:
-        if not self.is_bound or not self.is_valid():
+        """The window chosen; the default when it is missing or not one of the choices
+        (whatever else of the form is wrong)."""
+        if not self.is_bound or (not self.is_valid() and "window" in self.errors):
             return self.DEFAULT_WINDOW
-        window: int = self.cleaned_data["window"]
+        window: int = self.cleaned_data.get("window") or self.DEFAULT_WINDOW
         return window
+
+
+class HistoryForm(WindowForm):
+    """The history page's window, narrowed to one queue and/or one work type."""
+
+    queue = forms.ChoiceField(label="Queue", required=False)
+    work_type = forms.ChoiceField(label="Work type", required=False)
+
+    def __init__(
+        self, *args: Any, queues: Iterable[str], work_types: Iterable[str], **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        for name, everything, names in (
+            ("queue", "every queue", queues),
+            ("work_type", "every work type", work_types),
+        ):
+            field = self.fields[name]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = [("", everything), *((n, n) for n in names)]
+
+    def narrowed_to(self) -> tuple[str | None, str | None]:
+        """(queue, work type) chosen, each None for all or when it is not a known one."""
+        if not self.is_bound:
+            return None, None
+        self.is_valid()
+        return (
+            None if "queue" in self.errors else self.cleaned_data.get("queue") or None,
+            None if "work_type" in self.errors else self.cleaned_data.get("work_type") or None,
+        )
 
 
 class DashboardForm(forms.Form):
     """The dashboard's query-string controls: throughput window and refresh period."""
 
     DEFAULT_WINDOW = 60
-    DEFAULT_REFRESH = 30
+    DEFAULT_REFRESH = 5
     WINDOWS = {m: _window_label(m) for m in THROUGHPUT_WINDOWS}
 
     window = forms.TypedChoiceField(

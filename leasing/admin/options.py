@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
@@ -35,7 +35,7 @@ from ..conf import get_settings, read_alias
 from ..console.durations import EMPTY
 from ..console.failures import item_failures
 from ..models import Checkpoint, IdempotencyKey, WorkItem, WorkItemStatus
-from . import actions, display, views
+from . import actions, display, payload_search, views
 from .base import ReadOnlyAdmin, WorkItemLinkColumn
 from .filters import (
     LeaseHealthFilter,
@@ -61,7 +61,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
         "last_progress",
         "retries",
         "lease_holder",
-        "created_at",
+        "created",
     )
     list_filter = (StatusFilter, LeaseHealthFilter, WorkTypeFilter, QueueFilter, RetryingFilter)
     search_fields = ("=work_item_id", "=task_id", "=lease_holder")
@@ -73,7 +73,7 @@ class WorkItemAdmin(ReadOnlyAdmin):
     # Only columns an index serves over the whole table: sorting a million rows
     # by status or a lease time is a full scan and a sort (seconds). The lease
     # health filter and the dashboard answer "which leases are about to go".
-    sortable_by = ("work_item_id", "created_at")
+    sortable_by = ("work_item_id", "created")
     list_per_page = 50
     list_max_show_all = 200
     actions = (
@@ -81,13 +81,79 @@ class WorkItemAdmin(ReadOnlyAdmin):
         actions.force_fail_selected,
         actions.retry_failed_selected,
         actions.cancel_selected,
+        actions.delete_items_selected,
+        actions.run_now_selected,
     )
 
-    list_refresh_seconds = 30  # the list refreshes itself in place (leasing/console.js)
+    list_refresh_seconds = 5  # the list refreshes itself in place (leasing/console.js)
+    payload_search = True  # ?input__key=value (leasing.admin.payload_search)
+    # Filters whose values are checked before the list is built: a bad one is
+    # dropped with a message instead of an empty list or a bare redirect.
+    checked_filters = (StatusFilter, LeaseHealthFilter)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        extra_context = {**(extra_context or {}), "leasing_refresh": self.list_refresh_seconds}
+        refused = self._refuse_unstorable(request)
+        if refused is not None:
+            return refused
+        ignored = self._drop_bad_filters(request)
+        filters, problems = payload_search.parse(request.GET.dict())
+        ignored += [f"{p}: not a payload filter" for p in problems]
+        if filters and not display.payloads_visible(request.user):
+            ignored.append(
+                "the payload filter: searching payloads needs the “Can view work item and "
+                "checkpoint payloads” permission"
+            )
+            filters = []
+        request.leasing_payload_filters = filters  # type: ignore[attr-defined]
+        extra_context = {
+            **(extra_context or {}),
+            "leasing_refresh": self.list_refresh_seconds,
+            "ignored": ignored,
+            "payload_search": display.payloads_visible(request.user),
+            "payload_form": payload_search.form_values(request.GET.dict()),
+        }
         return super().changelist_view(request, extra_context)
+
+    def _drop_bad_filters(self, request: HttpRequest) -> list[str]:
+        """Drop the query string's unknown status and lease health values; say which."""
+        ignored = []
+        params = request.GET.copy()
+        for filter_class in self.checked_filters:
+            spec = filter_class(request, dict(request.GET.lists()), self.model, self)
+            known = {str(value) for value, _ in spec.lookup_choices}
+            names = {filter_class.parameter_name}
+            if filter_class is StatusFilter:
+                names.add("status")  # the column itself, a lookup Django allows
+            for name in sorted(names & set(params)):
+                if params[name] not in known:
+                    ignored.append(f"{name}={params[name]}: not one of {', '.join(sorted(known))}")
+                    del params[name]
+        if ignored:
+            params._mutable = False
+            request.GET = cast(Any, params)
+        return ignored
+
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        """On the list, only the actions that apply to the status it is filtered by."""
+        found = (
+            super().get_actions(request)
+            if action_location is None
+            else super().get_actions(request, action_location=action_location)
+        )
+        if actions.ActionLocation is not None and action_location not in (
+            None,
+            actions.ActionLocation.CHANGE_LIST,
+        ):
+            return found  # the item page narrows them to its item (render_change_form)
+        status = request.GET.get(StatusFilter.parameter_name)
+        if status is None and request.GET.get(LeaseHealthFilter.parameter_name):
+            status = WorkItemStatus.IN_PROGRESS  # every lease health is of a running item
+        offered = actions.offered_for_status(status)
+        return {
+            name: action
+            for name, action in found.items()
+            if actions.ACTIONS_BY_NAME.get(name) in offered
+        }
 
     def has_force_release_permission(self, request: HttpRequest) -> bool:
         """`leasing.force_release_workitem`: the three operator actions."""
@@ -148,15 +214,26 @@ class WorkItemAdmin(ReadOnlyAdmin):
 
     # --- change view ---
 
+    # Times to the second, like the attempts table (Django's format stops at minutes).
+    created = display.time_column("created_at", "created at")
+    lease_acquired = display.time_column("lease_acquired_at", "lease acquired at")
+    lease_expires = display.time_column("lease_expires_at", "lease expires at")
+    heartbeat = display.time_column("heartbeat_at", "heartbeat at")
+    progress = display.time_column("progress_at", "progress at")
+    due = display.time_column("run_after", "run after")
+    cancel_requested = display.time_column("cancel_requested_at", "asked to stop at")
+    started = display.time_column("started_at", "started at")
+    completed = display.time_column("completed_at", "completed at")
+    updated = display.time_column("updated_at", "updated at")
+
     fieldsets = (
         (None, {"fields": ("work_item_id", "task_link", "work_type", "queue_name", "priority",
                            "status_badge")}),
-        ("Lease", {"fields": ("lease_holder", "lease_token", "lease_acquired_at",
-                              "lease_expires_at", "lease_remaining", "heartbeat_at",
-                              "heartbeat_age", "progress_at", "last_progress")}),
-        ("Retries", {"fields": ("retries", "run_after", "error_message",
-                                "cancel_requested_at")}),
-        ("Times", {"fields": ("created_at", "started_at", "completed_at", "updated_at")}),
+        ("Lease", {"fields": ("lease_holder", "lease_token", "lease_acquired",
+                              "lease_expires", "lease_remaining", "heartbeat",
+                              "heartbeat_age", "progress", "last_progress")}),
+        ("Retries", {"fields": ("retries", "due", "error_message", "cancel_requested")}),
+        ("Times", {"fields": ("created", "started", "completed", "updated")}),
     )  # fmt: skip
     readonly_fields = (
         "task_link",
@@ -165,6 +242,16 @@ class WorkItemAdmin(ReadOnlyAdmin):
         "heartbeat_age",
         "last_progress",
         "retries",
+        "created",
+        "lease_acquired",
+        "lease_expires",
+        "heartbeat",
+        "progress",
+        "due",
+        "cancel_requested",
+        "started",
+        "completed",
+        "updated",
         "trace",
     )
     payload_fields = ("input_payload", "output_payload")
@@ -235,6 +322,16 @@ class WorkItemAdmin(ReadOnlyAdmin):
         form_url: str = "",
         obj: WorkItem | None = None,
     ) -> HttpResponse:
+        action_form = context.get("action_form")
+        if obj is not None and action_form is not None:
+            # Only what applies to this item now: no "retry" on a running item.
+            # get_object() read it through get_queryset(): it has the database clock.
+            clocked = cast(display.ClockedWorkItem, obj)
+            offered = {actions.ACTION_NAMES[a] for a in actions.offered_for(clocked)}
+            field = action_form.fields["action"]
+            field.choices = [(n, label) for n, label in field.choices if not n or n in offered]
+            if len(field.choices) <= 1:
+                context["action_form"] = None  # nothing applies: no empty menu
         if obj is not None:
             visible = display.payloads_visible(request.user)
             context["payloads_visible"] = visible
@@ -254,7 +351,7 @@ class CheckpointAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
         "sequence_number",
         "type_badge",
         "work_item_link",
-        "created_at",
+        "created",
     )
     list_filter = ("checkpoint_type",)
     search_fields = ("=task_id", "=work_item__work_item_id")
@@ -263,15 +360,16 @@ class CheckpointAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
     search_help_text = "Exact task id or work item id (several: separate by spaces)."
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-checkpoint_id")
-    sortable_by = ("sequence_number", "created_at")
+    sortable_by = ("sequence_number", "created")
     list_per_page = 100
+    created = display.time_column("created_at", "created at")
     detail_fields = (
         "checkpoint_id",
         "task_link",
         "sequence_number",
         "type_badge",
         "work_item_link",
-        "created_at",
+        "created",
     )
     payload_fields = ("snapshot_payload", "metadata_payload")
 
@@ -297,9 +395,9 @@ class IdempotencyKeyAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
         "status",
         "task_id",
         "work_item_link",
-        "created_at",
-        "completed_at",
-        "expires_at",
+        "created",
+        "completed",
+        "expires",
     )
     list_filter = ("status",)
     search_fields = ("=idempotency_key", "=task_id")
@@ -307,16 +405,19 @@ class IdempotencyKeyAdmin(WorkItemLinkColumn, ReadOnlyAdmin):
     search_help_text = "Exact idempotency key or task id."
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-idempotency_key")
-    sortable_by = ("idempotency_key", "created_at", "completed_at", "expires_at")
+    sortable_by = ("idempotency_key", "created", "completed", "expires")
+    created = display.time_column("created_at", "created at")
+    completed = display.time_column("completed_at", "completed at")
+    expires = display.time_column("expires_at", "expires at")
     detail_fields = (
         "idempotency_key",
         "status",
         "task_id",
         "work_item_link",
         "request_hash",
-        "created_at",
-        "completed_at",
-        "expires_at",
+        "created",
+        "completed",
+        "expires",
     )
     payload_fields = ("response_payload",)
 

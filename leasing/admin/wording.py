@@ -35,4 +35,23 @@ ACTION_TEXT = {
             "that completes anyway completes). Dependents follow their dependency policy."
         ),
     },
+    Action.DELETE: {
+        "verb": "Delete",
+        "done": "deleted",
+        "explain": (
+            "Each pending or finished item is deleted for good, with its checkpoints and "
+            "dependency links; a record of the deletion (who, why, the item's status) stays "
+            "on its task's checkpoint timeline and in the admin log. An item in progress is "
+            "not deleted (cancel it), nor one that unfinished items still wait for."
+        ),
+    },
+    Action.RUN_NOW: {
+        "verb": "Run now",
+        "done": "made due now",
+        "explain": (
+            "Each pending item waiting for a later time (a retry's backoff, a scheduled run) "
+            "becomes due now, by the database's clock. A paused item still waits for its "
+            "pause, and an item with dependencies for them."
+        ),
+    },
 }

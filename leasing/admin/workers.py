@@ -95,13 +95,13 @@ class WorkerAdmin(ReadOnlyAdmin):
         "hostname",
         "pid",
         "last_seen",
-        "started_at",
+        "started",
         "concurrency",
         "items_completed",
         "items_failed",
         "scans",
         "items_recovered",
-        "last_scan_at",
+        "last_scan",
     )
     list_filter = ("role", "status")
     search_fields = ("=worker_id", "=hostname")
@@ -116,8 +116,8 @@ class WorkerAdmin(ReadOnlyAdmin):
         "last_seen",
         "hostname",
         "pid",
-        "started_at",
-        "stopped_at",
+        "started",
+        "stopped",
         "concurrency",
         "work_types",
         "queues",
@@ -127,9 +127,12 @@ class WorkerAdmin(ReadOnlyAdmin):
         "runs_abandoned_total",
         "scans",
         "items_recovered",
-        "last_scan_at",
+        "last_scan",
         "last_scan_stats",
     )
+    started = display.time_column("started_at", "started at")
+    stopped = display.time_column("stopped_at", "stopped at")
+    last_scan = display.time_column("last_scan_at", "last scan at")
     HELD_ITEMS_SHOWN = 50
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[display.ClockedWorker]:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.utils.dateparse import parse_datetime
+
 from ..models import Checkpoint, CheckpointType, WorkItem, WorkItemStatus
 from .retrying import retrying
 
@@ -90,6 +92,9 @@ def _ended(snapshot: dict[str, Any], row: Mapping[str, Any], token: int) -> Atte
     started = None
     if isinstance(elapsed, int | float) and elapsed >= 0:
         started = row["created_at"] - timedelta(milliseconds=elapsed)
+    elif isinstance(snapshot.get("lease_acquired_at"), str):
+        # An attempt the sweep ended (its worker killed): the claim's time.
+        started = parse_datetime(snapshot["lease_acquired_at"])
     worker = snapshot.get("worker_id") or snapshot.get("lease_holder")
     return Attempt(token, worker, started, row["created_at"], outcome, level)
 

@@ -63,6 +63,18 @@ class FinishedWindow:
         start = max(self.start, ceil_hour(moment))
         return replace(self, start=start, groups=tuple(g for g in self.groups if g.start >= start))
 
+    def only(self, *, queue: str | None = None, work_type: str | None = None) -> FinishedWindow:
+        """The part of the window of one queue and/or one work type (None: every one)."""
+        if queue is None and work_type is None:
+            return self
+        groups = tuple(
+            g
+            for g in self.groups
+            if (queue is None or g.queue_name == queue)
+            and (work_type is None or g.work_type == work_type)
+        )
+        return replace(self, groups=groups)
+
     def retries(self) -> RetryDistribution:
         counts: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(FINISHED, 0))
         for group in self.groups:

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
+from django.db.models.fields.json import KeyTextTransform
 
 from ..models import Checkpoint, CheckpointType, WorkItem, WorkItemStatus
 
@@ -28,6 +29,8 @@ class CheckpointEntry:
     snapshot: Any = None
     metadata: Any = None
     payload_included: bool = False
+    # An operator action's record in words (who, what, why): not payload, shown to all.
+    operator: str | None = None
 
     @property
     def type_label(self) -> str:
@@ -44,20 +47,43 @@ _ENTRY_COLUMNS = (
 )
 
 
-def entries(queryset: QuerySet[Checkpoint], include_payloads: bool) -> list[CheckpointEntry]:
-    """The rows of a checkpoint queryset as entries (payload columns only when asked)."""
+# What an operator action's `state_transition` records, read without the rest of its snapshot.
+_OPERATOR_KEYS = ("action", "actor", "reason", "work_item_id", "old_status")
+
+
+def entries(
+    queryset: QuerySet[Checkpoint], include_payloads: bool, *, operator: bool = False
+) -> list[CheckpointEntry]:
+    """The rows of a checkpoint queryset as entries (payload columns only when asked;
+    `operator`: each operator action's record in words)."""
     columns = list(_ENTRY_COLUMNS)
     if include_payloads:
         columns += ["snapshot_data", "metadata"]
+    if operator:
+        queryset = queryset.annotate(
+            **{f"op_{k}": KeyTextTransform(k, "snapshot_data") for k in _OPERATOR_KEYS}
+        )
+        columns += [f"op_{k}" for k in _OPERATOR_KEYS]
     return [
         CheckpointEntry(
             **{name: row[name] for name in _ENTRY_COLUMNS},
             snapshot=row.get("snapshot_data"),
             metadata=row.get("metadata"),
             payload_included=include_payloads,
+            operator=_operator_summary(row) if operator else None,
         )
         for row in queryset.values(*columns)
     ]
+
+
+def _operator_summary(row: dict[str, Any]) -> str | None:
+    """`delete of 01J… (was pending) by alice: test data`; None for other checkpoints."""
+    if row["checkpoint_type"] != CheckpointType.STATE_TRANSITION or not row.get("op_action"):
+        return None
+    action = str(row["op_action"]).replace("_", " ")
+    of = f" of {row['op_work_item_id']}" if row.get("op_work_item_id") else ""
+    was = f" (was {row['op_old_status']})" if row.get("op_old_status") else ""
+    return f"{action}{of}{was} by {row.get('op_actor') or '?'}: {row.get('op_reason') or ''}"
 
 
 def recent_recoveries(
@@ -123,7 +149,9 @@ def task_timeline(
     """
     checkpoints = Checkpoint.objects.using(using).filter(task_id=task_id)
     newest = checkpoints.order_by("-sequence_number")[:limit]
-    shown = sorted(entries(newest, include_payloads), key=lambda e: e.sequence_number)
+    shown = sorted(
+        entries(newest, include_payloads, operator=True), key=lambda e: e.sequence_number
+    )
     total = len(shown) if len(shown) < limit else checkpoints.count()
     items = tuple(
         TaskItem(**row)

@@ -249,7 +249,7 @@ class WorkItem(models.Model):
         permissions = [
             (
                 "force_release_workitem",
-                "Can force-release, force-fail, retry and cancel work items",
+                "Can force-release, force-fail, retry, cancel, delete and run now work items",
             ),
             ("view_payload", "Can view work item and checkpoint payloads"),
         ]

@@ -1,4 +1,4 @@
-"""Operator actions: force-release, force-fail and retry a failed item.
+"""Operator actions: force-release, force-fail, retry, cancel, delete and run now.
 
 Each action is a fenced compare-and-swap: it applies only if the item is still
 in the status (and, for leased items, has the lease token and heartbeat) the
@@ -25,6 +25,7 @@ from ..sql import unique
 from ..sql.runner import (
     UNIQUE_RACE_ATTEMPTS,
     is_infrastructure_error,
+    run,
     run_one,
     to_datetime,
     translate_db_errors,
@@ -36,14 +37,19 @@ from .dependencies import failed_dependencies, settle
 
 logger = logging.getLogger("leasing.operations")
 
+# The `new_status` of a deleted item's result (no row is left to have a status).
+DELETED = "deleted"
+
 
 class Action:
     FORCE_RELEASE = sql.FORCE_RELEASE
     FORCE_FAIL = sql.FORCE_FAIL
     RETRY = sql.RETRY
     CANCEL = sql.CANCEL
+    DELETE = sql.DELETE
+    RUN_NOW = sql.RUN_NOW
 
-    choices = (FORCE_RELEASE, FORCE_FAIL, RETRY, CANCEL)
+    choices = (FORCE_RELEASE, FORCE_FAIL, RETRY, CANCEL, DELETE, RUN_NOW)
     # The statuses each action accepts (its transition's sources; a cancel also
     # asks a running item to stop), and the status it usually leaves (a
     # force-release can end superseded: failed; a running item asked to stop
@@ -57,13 +63,31 @@ class Action:
         FORCE_FAIL: WorkItemStatus.FAILED,
         RETRY: WorkItemStatus.PENDING,
         CANCEL: WorkItemStatus.CANCELLED,
+        DELETE: DELETED,
+        RUN_NOW: WorkItemStatus.PENDING,
     }
     labels: dict[str, str] = {
         FORCE_RELEASE: "Force-released",
         FORCE_FAIL: "Force-failed",
         RETRY: "Retried",
         CANCEL: "Cancelled",
+        DELETE: "Deleted",
+        RUN_NOW: "Made due now",
     }
+
+    @classmethod
+    def offered(cls, status: str, *, deferred: bool = False, stopping: bool = False) -> list[str]:
+        """The actions that apply to an item in `status` (the admin offers only these).
+
+        `deferred`: a pending item whose run_after is still ahead (run now applies);
+        `stopping`: a running item already asked to stop (cancel does not apply).
+        """
+        offered = [a for a in cls.choices if status in cls.accepts[a]]
+        if not deferred and cls.RUN_NOW in offered:
+            offered.remove(cls.RUN_NOW)
+        if stopping and cls.CANCEL in offered:
+            offered.remove(cls.CANCEL)
+        return offered
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +117,13 @@ def apply_action(
     using: str = "default",
 ) -> OperatorResult:
     """Apply one operator action as a fenced compare-and-swap.
+
+    `action`: `force_release` (in progress), `force_fail` (pending or in
+    progress), `retry` (failed or cancelled), `cancel` (pending; a running
+    item is asked to stop), `delete` (pending or finished: the row, its
+    checkpoints and edges go, the audit record stays on its task tied to no
+    item; skipped while unfinished items depend on it) or `run_now` (a
+    pending item whose `run_after` is ahead: made due at the database's now).
 
     `expected_token` is the `lease_token` the operator saw (None: do not check
     it); a new claim changes it. `expected_heartbeat_at` is the `heartbeat_at`
@@ -158,7 +189,7 @@ def _apply(
     with translate_db_errors(), transaction.atomic(using=using):
         # A retry checks the item's dependencies, locked before the item itself.
         failed_deps = failed_dependencies(using, work_item_id) if action == Action.RETRY else []
-        before = run_one(using, sql.lock_item(d, work_item_id))
+        before = run_one(using, sql.lock_item(d, work_item_id, for_delete=action == Action.DELETE))
         if before is None:
             raise WorkItemNotFound(work_item_id)
         skipped = _skip_reason(before, allowed, expected_token, expected_heartbeat_at)
@@ -170,6 +201,19 @@ def _apply(
             )
         if not skipped and action == Action.CANCEL and before["cancel_requested_at"]:
             skipped = "it was asked to stop already; its run ends cancelled"
+        if not skipped and action == Action.RUN_NOW and not before["deferred"]:
+            skipped = "it is due already (no run_after ahead of now)"
+        waiting = before["waiting_dependents"]
+        if (
+            not skipped
+            and action == Action.DELETE
+            and waiting
+            and before["status"] != WorkItemStatus.COMPLETED
+        ):
+            skipped = (
+                f"{waiting} unfinished item(s) depend on it and would wait for it forever; "
+                "cancel it instead"
+            )
         if not skipped and action == Action.RETRY and before["key_holder"]:
             skipped = (
                 f"its unique key is held by {before['key_holder']}, which does this work; "
@@ -185,13 +229,27 @@ def _apply(
                 detail=f"skipped: {skipped}",
             )
         message = f"{Action.labels[action]} by {actor}: {reason}"
-        statement = sql.transition(d, action, work_item_id, before["lease_token"], message)
+        token = before["lease_token"]
         if action == Action.CANCEL and before["status"] == WorkItemStatus.IN_PROGRESS:
             # Running: asked to stop; its handler sees it within one heartbeat interval.
             message = f"Asked to stop by {actor}: {reason}"
-            statement = sql.request_cancel(d, work_item_id, before["lease_token"])
+            statement = sql.request_cancel(d, work_item_id, token)
+        elif action == Action.RUN_NOW:
+            statement = sql.run_now(d, work_item_id, token)
+        elif action != Action.DELETE:
+            statement = sql.transition(d, action, work_item_id, token, message)
         with transaction.atomic(using=using):  # a savepoint: a unique race is run again
-            row = run_one(using, statement)
+            if action == Action.DELETE:
+                *cleanup, remove = sql.delete(d, work_item_id, token)
+                for step in cleanup:
+                    run(using, step)
+                row = run_one(using, remove)
+                if row is None:  # pragma: no cover - the row is locked
+                    transaction.set_rollback(True, using=using)
+                else:
+                    row = {**row, "status": DELETED}
+            else:
+                row = run_one(using, statement)
         if row is None:  # pragma: no cover - the row is locked
             return OperatorResult(
                 work_item_id, action, False, before["status"], None, "skipped: changed concurrently"
@@ -205,6 +263,7 @@ def _apply(
             CheckpointType.STATE_TRANSITION,
             {
                 "action": action,
+                **({"work_item_id": work_item_id} if action == Action.DELETE else {}),
                 "actor": actor,
                 "reason": reason,
                 "old_status": before["status"],
@@ -220,7 +279,8 @@ def _apply(
                 "retry_count": before["retry_count"],
                 **({"dependents_failed": len(dependents_failed)} if dependents_failed else {}),
             },
-            work_item=work_item_id,
+            # A deleted item's record stays on its task, tied to no item.
+            work_item=None if action == Action.DELETE else work_item_id,
             metadata={"source": "operator"},
             using=using,
         )
@@ -291,4 +351,4 @@ def cancel(work_item_id: str, *, actor: str, reason: str, using: str = "default"
     )
 
 
-__all__ = ["UNCHECKED", "Action", "OperatorResult", "apply_action", "cancel"]
+__all__ = ["DELETED", "UNCHECKED", "Action", "OperatorResult", "apply_action", "cancel"]

@@ -22,6 +22,8 @@ by one key:
     work_type             the item's work type
     lease_expires_at      the lease's expiry when it ended (ISO time)
     heartbeat_at          its last heartbeat (ISO time)
+    lease_acquired_at     when that attempt's claim took the lease (ISO time): the start of
+                          an attempt the sweep ended (a killed worker's), which has no elapsed_ms
     elapsed_ms            how long the handler ran (worker failures)
 """
 
@@ -46,6 +48,7 @@ FIELDS = (
     "lease_expires_at",
     "heartbeat_at",
     "elapsed_ms",
+    "lease_acquired_at",
 )
 
 # Bounds of the text fields: the traceback belongs in the checkpoint, not the row.

@@ -25,6 +25,19 @@ def duration(seconds: Any) -> str:
 
 
 @register.filter
+def number(value: Any) -> str:
+    """`78000` -> `78,000`: the one number format of the console; `—` for None.
+
+    Anything not a number (a label, a dash) is shown as it is.
+    """
+    if value is None:
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
+
+
+@register.filter
 def percent(fraction: Any) -> str:
     """`0.0234` -> `2.3 %`; `—` for None."""
     if isinstance(fraction, bool) or not isinstance(fraction, int | float):

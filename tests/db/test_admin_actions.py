@@ -280,6 +280,8 @@ def test_select_all_acts_on_the_whole_filtered_list_within_a_limit(
 
     # Over the limit: the page says so, offers no confirmation, and nothing changes.
     monkeypatch.setattr("leasing.admin.bulk.BULK_LIMIT", 1)
+    # (force-fail: a pending list offers no force-release)
+    select_all["action"] = "force_fail_selected"
     page = operator_client.post(changelist_url("status__exact=pending"), select_all)
     html = page.content.decode()
     assert "More than 1 work items match" in html and 'id="leasing-bulk-form"' not in html

@@ -136,3 +136,16 @@ def superseded_checkpoint(item_id: str) -> bool:
         work_item_id=item_id, checkpoint_type="error_boundary"
     ).values_list("snapshot_data", flat=True)
     return any(isinstance(s, dict) and s.get("reason") == "superseded" for s in snapshots)
+
+
+def deletion_recorded(item_id: str) -> bool:
+    """A state_transition checkpoint, tied to no item, records the item's deletion."""
+    from leasing.models import Checkpoint
+
+    snapshots = Checkpoint.objects.filter(
+        work_item__isnull=True, checkpoint_type="state_transition"
+    ).values_list("snapshot_data", flat=True)
+    return any(
+        isinstance(s, dict) and s.get("action") == "delete" and s.get("work_item_id") == item_id
+        for s in snapshots
+    )

@@ -19,6 +19,8 @@ STATUSES = frozenset({PENDING, IN_PROGRESS, COMPLETED, FAILED, CANCELLED})
 # A dependency in one of these never completes (unless an operator retries it).
 ENDED = (FAILED, CANCELLED)
 FORCE_RELEASE, FORCE_FAIL, RETRY, CANCEL = "force_release", "force_fail", "retry", "cancel"
+DELETE, RUN_NOW = "delete", "run_now"
+DELETED = "deleted"  # the result's new_status of a deleted item
 
 Key = tuple[str, str]  # (unique_key, unique_scope)
 
@@ -37,6 +39,8 @@ DRIVEN_BY = {
     "force_fail": "operator_action",
     "retry_failed": "operator_action",
     "cancel": "operator_action",
+    "delete": "operator_action",
+    "run_now": "run_now",
     "dependency_failed": "fail",
     "purge": "purge",
 }
@@ -238,19 +242,30 @@ class Reference:
 
     def operator(self, action: str, item_id: str, expected_token: int | None) -> str | None:
         """apply_action: None if applied, else why it is skipped ("status", "token",
-        "dependency", "key")."""
+        "dependency", "key", "requested", "due", "awaited")."""
         item = self.items[item_id]
         accepts = {
             FORCE_RELEASE: (IN_PROGRESS,),
             FORCE_FAIL: (IN_PROGRESS, PENDING),
             RETRY: (FAILED, CANCELLED),
             CANCEL: (PENDING, IN_PROGRESS),
+            DELETE: (PENDING, COMPLETED, FAILED, CANCELLED),
+            RUN_NOW: (PENDING,),
         }[action]
         if item.status not in accepts:
             return "status"
         if expected_token is not None and expected_token != item.token:
             return "token"
-        if action == FORCE_RELEASE:
+        if action == RUN_NOW:
+            if item.ready:
+                return "due"
+            item.ready = True  # still waits for a pause or its dependencies
+        elif action == DELETE:
+            if item.status != COMPLETED and self._awaited(item):
+                return "awaited"
+            self._remove([item.id])
+            item.status = DELETED
+        elif action == FORCE_RELEASE:
             item.cancel_requested = False
             self._return_to_pending(item, counted=False, ready=True)
         elif action == FORCE_FAIL:
@@ -290,19 +305,28 @@ class Reference:
     def purge(self, statuses: tuple[str, ...]) -> list[str]:
         """Finished items go, but never a failed one an unfinished dependent still waits for."""
 
-        def awaited(item: Item) -> bool:
-            return item.status in ENDED and any(
-                item.id in other.deps and other.status in (PENDING, IN_PROGRESS)
-                for other in self.items.values()
-            )
+        gone = [
+            i.id
+            for i in self.items.values()
+            if i.status in statuses and not (i.status in ENDED and self._awaited(i))
+        ]
+        self._remove(gone)
+        return gone
 
-        gone = [i.id for i in self.items.values() if i.status in statuses and not awaited(i)]
+    def _awaited(self, item: Item) -> bool:
+        """An unfinished dependent waits for it."""
+        return any(
+            item.id in other.deps and other.status in (PENDING, IN_PROGRESS)
+            for other in self.items.values()
+        )
+
+    def _remove(self, gone: list[str]) -> None:
+        """Deleted items (purged or deleted by an operator); their edges go with them."""
         for item_id in gone:
             del self.items[item_id]
         self.purged.update(gone)
-        for item in self.items.values():  # their edges go with them
+        for item in self.items.values():
             item.deps = [d for d in item.deps if d not in self.purged]
-        return gone
 
     # --- shared ------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
@@ -191,7 +192,9 @@ class LeasingMachine(ModelMachine):
     @precondition(lambda self: self.ref.items)
     @rule(
         data=st.data(),
-        action=st.sampled_from(["force_release", "force_fail", "retry", "cancel"]),
+        action=st.sampled_from(
+            ["force_release", "force_fail", "retry", "cancel", "delete", "run_now"]
+        ),
         token=st.sampled_from(["current", "unchecked", "stale"]),
     )
     def operator_action(self, data: st.DataObject, action: str, token: str) -> None:
@@ -202,6 +205,7 @@ class LeasingMachine(ModelMachine):
             action, item.id, expected_token=expected_token, actor="model", reason="model step"
         )
         skipped = self.ref.operator(action, item.id, expected_token)
+        event(f"operator {action}: {skipped or 'applied'}")
         assert result.applied == (skipped is None), (skipped, result)
         if skipped is None:
             assert result.new_status == item.status, result
@@ -209,6 +213,25 @@ class LeasingMachine(ModelMachine):
             assert f"superseded by {item.superseded_by}" in result.detail, result.detail
         if skipped == "key":
             assert holder is not None and holder.id in result.detail, result.detail
+        if action == "delete" and skipped is None:
+            assert db.item_state(item.id) == (None, 0), "a deleted item left its row or checkpoints"
+            assert db.deletion_recorded(item.id), "the deletion left no audit checkpoint"
+
+    @precondition(lambda self: [i for i in self.ref.with_status(PENDING) if not i.ready])
+    @rule(data=st.data(), stale=st.booleans())
+    def run_now(self, data: st.DataObject, stale: bool) -> None:
+        """A deferred item made due now: claimable at once unless paused or waiting for
+        dependencies; a stale token changes nothing."""
+        deferred = [i.id for i in self.ref.with_status(PENDING) if not i.ready]
+        item = self.ref.items[data.draw(st.sampled_from(deferred), label="item")]
+        expected_token = item.token + 1 if stale else item.token
+        result = leasing.apply_action(
+            "run_now", item.id, expected_token=expected_token, actor="model", reason="model step"
+        )
+        skipped = self.ref.operator("run_now", item.id, expected_token)
+        event(f"run_now: {skipped or 'applied'}")
+        assert result.applied == (skipped is None), (skipped, result)
+        assert db.rows()[item.id]["ready"] == (0 if stale else 1)
 
     @precondition(lambda self: self.ref.with_status(PENDING))
     @rule(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -44,3 +45,14 @@ def render_console(
     response = TemplateResponse(request, panels if fragment else page, context)
     patch_vary_headers(response, [FRAGMENT_HEADER])
     return response
+
+
+def ignored_values(form: forms.Form) -> list[str]:
+    """`name=value: why` for each value of the address a console form refused (the page
+    then uses that setting's default), for `admin/leasing/includes/ignored.html`."""
+    if not form.is_bound or form.is_valid():
+        return []
+    return [
+        f"{name}={form.data.get(name, '')}: {' '.join(str(e) for e in errors)}"
+        for name, errors in form.errors.items()
+    ]

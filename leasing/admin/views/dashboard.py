@@ -17,7 +17,7 @@ from ...console.strip import status_strip
 from ...console.tiles import tiles
 from ..display import ChangeUrls, errors_visible, pretty_json
 from ..forms import DashboardForm
-from .common import console_context, render_console
+from .common import console_context, ignored_values, render_console
 
 if TYPE_CHECKING:
     from ..options import WorkItemAdmin
@@ -88,6 +88,7 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
         }
 
     context |= {
+        "ignored": ignored_values(form),
         "data": data,
         "form": form,
         "window": window,

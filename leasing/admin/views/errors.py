@@ -31,7 +31,7 @@ from ...sql.runner import database_now
 from .. import bulk
 from ..display import ERROR_HIDDEN, ChangeUrls, error_text, errors_visible
 from ..forms import BulkActionForm, WindowForm
-from .common import console_context
+from .common import console_context, ignored_values
 
 if TYPE_CHECKING:
     from ..options import WorkItemAdmin
@@ -60,6 +60,7 @@ def errors_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Template
     retry_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors_retry")
     errors_url = reverse(f"{model_admin.admin_site.name}:leasing_workitem_errors")
     context |= {
+        "ignored": ignored_values(form),
         "form": form,
         "final_only": final,
         "toggle_url": f"{errors_url}?{urlencode({'window': minutes, 'final': int(not final)})}",

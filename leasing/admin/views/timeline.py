@@ -10,13 +10,16 @@ from django.template.response import TemplateResponse
 from ...conf import read_alias
 from ...console.durations import humanize_seconds
 from ...console.timeline import task_timeline
-from ...models import CheckpointType
+from ...models import CheckpointType, WorkItemStatus
 from ..display import multiline_texts, pretty_json
 from ..guards import storable
-from .common import console_context
+from .common import console_context, render_console
 
 if TYPE_CHECKING:
     from ..options import WorkItemAdmin
+
+REFRESH_SECONDS = 5
+UNFINISHED = (WorkItemStatus.PENDING, WorkItemStatus.IN_PROGRESS)
 
 
 def timeline_view(
@@ -48,5 +51,10 @@ def timeline_view(
             for entry in timeline.entries
         ],
         "types": list(CheckpointType.choices),
+        # A task still at work refreshes itself; a finished one has nothing new to show.
+        "live": any(item.status in UNFINISHED for item in timeline.items),
+        "refresh": REFRESH_SECONDS,
     }
-    return TemplateResponse(request, "admin/leasing/timeline.html", context)
+    return render_console(
+        request, context, "admin/leasing/timeline.html", "admin/leasing/timeline/panels.html"
+    )

@@ -8,6 +8,10 @@
  * runs when it is shown again), nor while rows of a list are ticked for an
  * action, so a selection is never lost. A list's rows are re-bound to Django's
  * action checkboxes after each swap.
+ *
+ * While the tab is hidden (document.visibilityState) no timer runs at all: the
+ * refresh stops, and starts again with one refresh at once when the tab is
+ * shown. data-leasing-refresh-state on <html> says which ("live", "paused").
  */
 "use strict";
 (function () {
@@ -38,7 +42,7 @@
     }
 
     async function refresh() {
-        if (busy || document.hidden || selecting()) {
+        if (busy || document.visibilityState === "hidden" || selecting()) {
             return;
         }
         busy = true;
@@ -83,10 +87,35 @@
         }
     }
 
-    window.setInterval(refresh, seconds * 1000);
-    document.addEventListener("visibilitychange", () => {
-        if (!document.hidden) {
-            refresh();
+    let timer = null;
+
+    function hidden() {
+        return document.visibilityState === "hidden";
+    }
+
+    function schedule() {
+        window.clearTimeout(timer);
+        timer = null;
+        document.documentElement.dataset.leasingRefreshState = hidden() ? "paused" : "live";
+        if (hidden()) {
+            if (stamp) {
+                stamp.textContent = "paused while the tab is hidden";
+            }
+            return;
         }
+        timer = window.setTimeout(async () => {
+            await refresh();
+            schedule();
+        }, seconds * 1000);
+    }
+
+    document.addEventListener("visibilitychange", async () => {
+        if (hidden()) {
+            schedule(); // stops the timer
+            return;
+        }
+        await refresh();
+        schedule();
     });
+    schedule();
 })();

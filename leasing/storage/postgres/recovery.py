@@ -152,6 +152,7 @@ def recover_locked(
                 "work_type": "c.work_type",
                 "lease_expires_at": "c.lease_expires_at",
                 "heartbeat_at": "c.heartbeat_at",
+                "lease_acquired_at": "c.lease_acquired_at",
             }
         )
         # The ids join by position (subscripting a text[] walks it from the start).
@@ -177,7 +178,7 @@ def recover_locked(
     sql = f"""
         WITH c0 AS (
             SELECT ctid, work_item_id, task_id, work_type, lease_holder, lease_token,
-                   lease_expires_at, heartbeat_at, retry_count, max_retries,
+                   lease_expires_at, heartbeat_at, lease_acquired_at, retry_count, max_retries,
                    unique_key, unique_scope, {other_holder("work_items")} AS holder,
                    {decisions(d, fail_sql)}{top_sequence}
             FROM work_items WHERE ctid = ANY(%s::tid[])

@@ -96,4 +96,5 @@ def _snapshot(candidate: dict[str, Any], recovered: dict[str, Any]) -> dict[str,
         work_type=candidate["work_type"],
         lease_expires_at=_iso(candidate["lease_expires_at"]),
         heartbeat_at=_iso(candidate["heartbeat_at"]),
+        lease_acquired_at=_iso(candidate["lease_acquired_at"]),
     )

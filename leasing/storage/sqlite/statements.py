@@ -196,7 +196,8 @@ def expired_candidates(
     sql = f"""
         WITH c0 AS (
             SELECT work_item_id, task_id, work_type, lease_holder, lease_token, lease_expires_at,
-                   heartbeat_at, retry_count, max_retries, unique_key, unique_scope,
+                   heartbeat_at, lease_acquired_at, retry_count, max_retries, unique_key,
+                   unique_scope,
                    {other_holder("work_items")} AS holder, {decisions(d, fail_sql)}
             FROM work_items
             WHERE status = {IN_PROGRESS} AND lease_expires_at < {d.now} {picked}

@@ -80,6 +80,7 @@ def test_the_item_page_shows_the_traceback_and_every_attempt(leasing_settings):
 
 def test_attempts_include_sweep_recoveries_and_operator_actions():
     first = claim("t", "worker-1")
+    claimed_at = WorkItem.objects.get(pk=first.work_item_id).lease_acquired_at
     shift(first.work_item_id, lease_expires_at=-5)
     RecoverySweep(scan_interval_seconds=5).scan_and_recover()
     manager = LeaseManager("worker-2")
@@ -98,6 +99,7 @@ def test_attempts_include_sweep_recoveries_and_operator_actions():
         (3, None, "completed"),
     ]
     assert attempts[0].error == "Lease expired - retry 1/3"
+    assert attempts[0].started_at == claimed_at  # a killed attempt has its start time
     assert attempts[2].started_at == item.lease_acquired_at
     assert attempts[2].ended_at == item.completed_at
     hidden = item_failures(item).attempts

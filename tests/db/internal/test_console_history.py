@@ -149,3 +149,38 @@ def test_peak_hours_fold_into_the_local_weekday_and_hour_of_any_offset(zone, rol
             expected[local.isoweekday() - 1][local.hour] += 1
     assert [list(day) for day in grid] == expected
     assert sum(map(sum, grid)) == len(moments)
+
+
+@pytest.mark.parametrize("window", ["60", "1440"])
+def test_history_narrowed_to_a_queue_and_a_work_type(window):
+    completed("r1", "resize", 1)
+    completed("r2", "resize", 2)
+    completed("p1", "report", 3)
+    lease = claim("media-1", "w-1", work_type="resize", queue_name="media")
+    LeaseManager("w-1").release_lease(lease.work_item_id, True, token=lease.token)
+    client = Client()
+    client.force_login(make_user("viewer", *VIEW_ALL))
+
+    def finished(query: dict[str, str]) -> str:
+        response = client.get(HISTORY_URL, {"window": window, **query})
+        assert response.status_code == 200
+        return response.context["stats"].completed
+
+    assert finished({}) == 4
+    assert finished({"work_type": "resize"}) == 3
+    assert finished({"work_type": "report"}) == 1
+    assert finished({"queue": "media"}) == 1
+    assert finished({"queue": "default", "work_type": "resize"}) == 2
+    html = client.get(HISTORY_URL, {"queue": "media"}).content.decode()
+    assert 'id="leasing-narrowed">queue media only' in html
+
+
+def test_an_unknown_queue_is_ignored_with_the_pages_message_and_the_window_kept():
+    completed("r1", "resize", 1)
+    client = Client()
+    client.force_login(make_user("viewer", *VIEW_ALL))
+    response = client.get(HISTORY_URL, {"queue": "nope", "window": "1440"})
+    html = response.content.decode()
+    assert 'id="leasing-ignored"' in html and "queue=nope" in html
+    assert response.context["window_label"] == "24 h"
+    assert response.context["stats"].completed == 1
