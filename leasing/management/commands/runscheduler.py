@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
-from django.db import DatabaseError, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from leasing.exceptions import DatabaseUnavailable, InvalidInput
 from leasing.management.base import LeasingCommand
@@ -40,6 +40,7 @@ class Command(LeasingCommand):
         "--interval": f"the scheduler makes a pass every {PASS_INTERVAL:g}s.",
         "--no-sync": "the scheduler always syncs LEASING['SCHEDULES'] first.",
         "--json": "each tick enqueued is one line of the output: schedule, tick -> item id.",
+        "--database": "the scheduler uses the default database, as runworker does.",
     }
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -49,21 +50,13 @@ class Command(LeasingCommand):
             help="Sync the schedules, make one pass and exit: for cron instead of a "
             "long-running process.",
         )
-        parser.add_argument(
-            "--database",
-            default="default",
-            help="The database alias to use, when the leasing tables live in another "
-            "database than the default one.",
-        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         with self.default_logging(options["verbosity"]):
             self._run(options)
 
     def _run(self, options: dict[str, Any]) -> None:
-        using = options["database"]
-        if using not in connections:
-            raise CommandError(f"--database {using!r} is not in settings.DATABASES.")
+        using = DEFAULT_DB_ALIAS
         self.run_leasing_checks()
         try:
             result = sync_from_settings(using=using)
