@@ -269,6 +269,19 @@ def test_a_child_is_replaced_after_process_max_items(spawn, tmp_path):
     assert parse_summary(out)["completed"] == 3
 
 
+def test_a_child_is_replaced_above_process_max_memory_mb(spawn, tmp_path):
+    """Any Python process with Django set up is above 1 MiB: every item gets a fresh child."""
+    record = tmp_path / "runs.txt"
+    items = [enqueue("p", "test.process_work", {"n": 1}) for _ in range(2)]
+    proc = worker(spawn, record, "--burst", PROCESS_MAX_MEMORY_MB=1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert [row(item.pk)["status"] for item in items] == ["completed"] * 2, err
+    [first, second] = [pid for _, _, pid in started(record)]
+    assert first != second
+    assert "MiB resident" in err
+
+
 def test_runworker_execution_sets_where_types_that_do_not_choose_run(spawn, tmp_path):
     """test.pid has no `execution` option: a thread of the worker by default, a child
     process with `--execution process`."""
