@@ -27,7 +27,7 @@ from tests.support.workers import leasing_env, parse_summary
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# Short enough for the tests; PROCESS_STOP_GRACE is below SHUTDOWN_TIMEOUT (leasing.E011).
+# Short enough for the tests; PROCESS_STOP_GRACE is below SHUTDOWN_TIMEOUT (leasing.W006).
 GRACE = 1.0
 HEARTBEAT = 0.3
 
