@@ -10,13 +10,14 @@ E007  LEASING["READ_DATABASE"] names a database alias that DATABASES lacks
 E008  USE_TZ is False
 E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks
 E010  an entry of LEASING["HANDLERS"] cannot be loaded (its path, its options)
-E011  a process-mode handler a child cannot import, or PROCESS_STOP_GRACE >= SHUTDOWN_TIMEOUT
+E011  a handler in process execution that a child process cannot import by its dotted path
 E012  an entry of LEASING["RATE_LIMITS"] is not valid (its bucket, its rate or burst)
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
 W004  a heartbeat interval (the default or a work type's) is not below STALE_HEARTBEAT
 W005  settings.LEASING sets a key this release no longer reads (RETRY_JITTER)
+W006  a handler runs in process execution and PROCESS_STOP_GRACE is not below SHUTDOWN_TIMEOUT
 W010  LEASING["TRACING"] is on but opentelemetry-api is not installed (nothing is traced)
 """
 
@@ -173,16 +174,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 def _process_execution(
     conf: LeasingSettings, specs: list[HandlerSpec]
 ) -> list[checks.CheckMessage]:
-    """What would stop process execution (leasing.E011)."""
+    """What would stop process execution (leasing.E011), or slow a worker's stop (W006)."""
     messages: list[checks.CheckMessage] = []
-    if conf.process_stop_grace >= conf.shutdown_timeout:
+    in_children = any(spec.execution == "process" for spec in specs)
+    if in_children and conf.process_stop_grace >= conf.shutdown_timeout:
         messages.append(
-            checks.Error(
+            checks.Warning(
                 f"LEASING['PROCESS_STOP_GRACE'] ({conf.process_stop_grace:g}s) must be below "
                 f"LEASING['SHUTDOWN_TIMEOUT'] ({conf.shutdown_timeout:g}s): a stopping worker "
-                "could not stop a child process before its shutdown timeout runs out.",
+                "takes up to SHUTDOWN_TIMEOUT plus twice the grace to stop a child that runs "
+                "on, longer than its shutdown timeout says.",
                 hint="A few seconds is enough for a handler to clean up after SIGTERM.",
-                id="leasing.E011",
+                id="leasing.W006",
             )
         )
     for spec in specs:

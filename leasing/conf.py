@@ -182,7 +182,7 @@ class LeasingSettings:
     #: replaced, so one large item does not keep its memory for the child's life.
     process_max_memory_mb: int = 1024
     #: Process execution: seconds a cancelled run gets to stop by itself before its child gets
-    #: SIGTERM, and a child gets after SIGTERM before SIGKILL; below SHUTDOWN_TIMEOUT (E011).
+    #: SIGTERM, and a child gets after SIGTERM before SIGKILL; below SHUTDOWN_TIMEOUT (W006).
     process_stop_grace: float = 5.0
 
 

@@ -7,14 +7,13 @@ gated (`bench.drain.gate_and_start`), and in process mode the gate opens only
 once the worker's children have started and gone idle, so the children's
 start-up (a fresh interpreter setting Django up) is outside the figures, as
 the worker's own start-up is. Client CPU counts the worker and its children
-(they are reaped by the worker, the worker by the bench). No target: the
+up to the last completion (not their shutdown). No target: the
 figures say what the choice costs (docs/how-to/execution-modes.md). Jobs/s is
 read from the rows (first start to last completion), as `throughput` does.
 """
 
 from __future__ import annotations
 
-import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +41,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _cpu(pid: int) -> float:
+    """CPU seconds of a worker and its live children, now."""
+    return proc_cpu_s(pid) + sum(proc_cpu_s(child) for child in _children(pid))
+
+
 def _settled(pids: list[int]) -> bool:
     """Whether these processes have stopped using CPU (started and idle)."""
     before = [proc_cpu_s(p) for p in pids]
@@ -59,7 +63,6 @@ def _drain(bench: Bench, label: str, execution: str, m: int) -> dict[str, Any]:
         [{"task_id": f"task-{i}", "work_type": work_type, "input_data": data} for i in range(m)]
     )
     bench.checkpoint()
-    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     at_gate: dict[str, Any] = {}
 
     def ready(procs: list[Any]) -> None:
@@ -67,8 +70,7 @@ def _drain(bench: Bench, label: str, execution: str, m: int) -> dict[str, Any]:
             pid = procs[0].pid
             wait_for(lambda: len(_children(pid)) >= CONCURRENCY, 120, "the children", 0.05)
             wait_for(lambda: _settled(_children(pid)), 120, "the children to settle", 0.0)
-        pids = [p.pid for p in procs] + [c for p in procs for c in _children(p.pid)]
-        at_gate["cpu"] = sum(proc_cpu_s(p) for p in pids)
+        at_gate["cpu"] = _cpu(procs[0].pid)
         at_gate["xact"] = bench.xact_commits()
 
     def spawn(_i: int) -> Any:
@@ -83,12 +85,15 @@ def _drain(bench: Bench, label: str, execution: str, m: int) -> dict[str, Any]:
 
     procs = gate_and_start(bench, 1, f"runworker --execution {execution}", spawn, ready)
     start = time.perf_counter()
-    bench.procs.wait_all(procs, timeout_s=max(120.0, m / 20), what="process_mode drain")
+    # The CPU is read once every item completed, before the worker's shutdown (its
+    # children's exit included), so neither mode's figure carries a fixed cost.
+    done = "SELECT count(*) FROM work_items WHERE status = 'completed' AND work_type = %s"
+    wait_for(lambda: bench.one(done, [work_type]) >= m, max(120.0, m / 20), "the drain", 0.02)
+    client_cpu = _cpu(procs[0].pid) - at_gate["cpu"]
+    bench.procs.wait_all(procs, timeout_s=120.0, what="process_mode drain")
     wall = time.perf_counter() - start
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     bench.check_exit(procs, "process_mode drain")
     stats = bench.drain_stats(work_type=work_type)
-    client_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime) - at_gate["cpu"]
     result = {
         "work": label,
         "execution": execution,

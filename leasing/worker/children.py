@@ -80,6 +80,9 @@ class Child:
         self.process: BaseProcess | None = None
         self.conn: Connection | None = None
         self.items = 0  # runs of the current child
+        # Its process ended (stopped, recycled, died) and no new one has started yet:
+        # the worker claims nothing for it meanwhile.
+        self.replacing = False
 
     @property
     def pid(self) -> int | None:
@@ -105,6 +108,12 @@ class Child:
         process.start()
         theirs.close()
         self.process, self.conn, self.items = process, ours, 0
+        try:
+            self._handshake(process, ours)
+        finally:
+            self.replacing = False  # started, or failed: a run may try (and fail) again
+
+    def _handshake(self, process: BaseProcess, ours: Connection) -> None:
         if not ours.poll(START_TIMEOUT):
             self.stop(0.0)
             raise ChildProcessDied(f"{self.name} did not start within {START_TIMEOUT:g}s")
@@ -222,4 +231,6 @@ class Child:
         # reading it from another thread; it drops it once it has ended.
         if self.conn is not None:
             self.conn.close()
+        if self.process is not None:
+            self.replacing = True
         self.process = self.conn = None

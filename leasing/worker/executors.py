@@ -53,12 +53,8 @@ class Executor(threading.Thread):
         self.connection: BaseDatabaseWrapper | None = None
         # Its child process, when the worker runs a type in `process` mode.
         self.child: Child | None = pool.new_child(self.name)
-        # Waiting for its child's answer: the child, not the thread, is stopped.
-        self.in_child = False
         # Set once it can take a run (its child started, or failed to).
         self.ready = threading.Event()
-        # Its child is being replaced: the worker claims nothing for it meanwhile.
-        self.restarting = False
 
     def run(self) -> None:
         # This thread's connection wrapper, looked up once (a lookup per run
@@ -110,6 +106,7 @@ class ExecutorPool:
         self.process_max_items = process_max_items
         self.process_max_memory_mb = process_max_memory_mb
         self.process_stop_grace = process_stop_grace
+        self.uses_children = "process" in self.executions.values()
         self.using = using
         self.slots = slots
         self.recorder = recorder
@@ -125,7 +122,6 @@ class ExecutorPool:
         self.executors: list[Executor] = []
         self._started = 0
         self._lock = threading.Lock()
-        self._restarting = 0  # executors whose child is being replaced
 
     def start(self) -> None:
         """Start the executors; returns once each can take a run (its child started), so
@@ -136,7 +132,7 @@ class ExecutorPool:
 
     def new_child(self, name: str) -> Child | None:
         """A child process for an executor, if any type runs in `process` mode."""
-        if "process" not in self.executions.values():
+        if not self.uses_children:
             return None
         return Child(
             name=f"{name}-child",
@@ -181,12 +177,14 @@ class ExecutorPool:
     def retire(self, executor: Executor, why: str) -> None:
         """Stop counting on an executor (stuck or dead) and start another in its place.
 
-        An executor waiting on its child is not stuck: it stops the child itself
+        An executor on a run in its child is not stuck: it stops the child itself
         (it sees its run abandoned) and carries on with a fresh one.
         """
-        if executor.in_child and executor.is_alive():
+        slot = executor.slot
+        if executor.child is not None and (
+            slot is None or self.executions.get(slot.spec.work_type) == "process"
+        ):
             logger.info("%s stops its child process: %s", executor.name, why)
-            self._set_restarting(executor, True)
             return
         with self._lock:
             if executor.retired or executor not in self.executors:
@@ -197,14 +195,18 @@ class ExecutorPool:
         self._spawn()
 
     def restarting(self) -> int:
-        """Executors whose child is being replaced: a claim for them would wait for it."""
-        return self._restarting
-
-    def _set_restarting(self, executor: Executor, value: bool) -> None:
-        with self._lock:
-            if executor.restarting != value:
-                executor.restarting = value
-                self._restarting += 1 if value else -1
+        """Executors whose child is being stopped or replaced: a claim for them would wait."""
+        if not self.uses_children:
+            return 0
+        return sum(
+            1
+            for executor in self.executors
+            if executor.child is not None
+            and (
+                executor.child.replacing
+                or (executor.slot is not None and executor.slot.state is SlotState.ABANDONED)
+            )
+        )
 
     def supervise(self) -> list[Slot]:
         """Replace executors that died; returns the runs they left behind (to hand back)."""
@@ -254,12 +256,10 @@ class ExecutorPool:
                     f"work item {slot.lease.work_item_id!r} was cancelled before it ran"
                 )
             if executor.child is not None and self.executions.get(slot.spec.work_type) == "process":
-                answer = self._call_in_child(executor, executor.child, slot, context)
+                answer = self._call_in_child(executor.child, slot, context)
                 if answer.stopped is not None:
                     self._after_stop(executor, executor.child, slot, context, answer.stopped)
                     return
-                if not executor.child.alive():  # recycled (or dead): replaced below
-                    self._set_restarting(executor, True)
                 if answer.error is not None:
                     if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
                         self._record_failure(slot, answer.error, answer.kind)
@@ -293,16 +293,11 @@ class ExecutorPool:
         # Its lease is kept by the process's renewer, by its type's mode.
         return slot.spec.func(context)
 
-    def _call_in_child(
-        self, executor: Executor, child: Child, slot: Slot, context: WorkContext
-    ) -> ChildAnswer:
-        executor.in_child = True
+    def _call_in_child(self, child: Child, slot: Slot, context: WorkContext) -> ChildAnswer:
         try:
             return child.run(slot, context, self.process_stop_grace)
         except ChildProcessDied as exc:  # it could not be started
             return ChildAnswer(error=exc)
-        finally:
-            executor.in_child = False
 
     def _after_stop(
         self, executor: Executor, child: Child, slot: Slot, context: WorkContext, why: str
@@ -319,7 +314,6 @@ class ExecutorPool:
             slot.lease.token,
             why,
         )
-        self._set_restarting(executor, True)  # before the slot is freed for a new claim
         if context.lease_lost:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
                 self.recorder.counters.add(lost=1)
@@ -337,12 +331,10 @@ class ExecutorPool:
     def _replace_child(self, executor: Executor, child: Child) -> None:
         """Start a child in place of one that ended (stopped, recycled, died), if it did."""
         try:
-            if not child.alive() and not self.stopping():
+            if child.replacing and not self.stopping():
                 child.start()
         except ChildProcessDied as exc:  # the next run tries again, and fails if it cannot
             logger.error("%s: %s", executor.name, exc)
-        finally:
-            self._set_restarting(executor, False)
 
     def _check_connection(self, executor: Executor) -> None:
         """Before a handler gets this thread's connection: drop it if the server did."""

@@ -27,7 +27,7 @@ from tests.support.workers import leasing_env, parse_summary
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# Short enough for the tests; PROCESS_STOP_GRACE is below SHUTDOWN_TIMEOUT (leasing.E011).
+# Short enough for the tests; PROCESS_STOP_GRACE is below SHUTDOWN_TIMEOUT (leasing.W006).
 GRACE = 1.0
 HEARTBEAT = 0.3
 
@@ -93,7 +93,7 @@ def ending(item_id: str) -> dict[str, Any]:
 def test_a_handler_blocked_in_a_call_is_stopped_at_its_timeout_and_retried(spawn, tmp_path):
     """test.process_sleep: timeout 2 s, max_retries 1, on_lease_expired retry."""
     record = tmp_path / "runs.txt"
-    item = enqueue("p", "test.process_sleep")
+    item = enqueue("p", "test.process_sleep", max_retries=1)
     proc = worker(spawn, record)
     try:
         _, token, pid = first_start(record)
@@ -116,7 +116,7 @@ def test_a_handler_blocked_in_a_call_is_stopped_at_its_timeout_and_retried(spawn
 def test_a_handler_spinning_in_python_is_stopped_at_its_timeout_and_failed(spawn, tmp_path):
     """test.process_spin: timeout 2 s, on_lease_expired fail."""
     record = tmp_path / "runs.txt"
-    item = enqueue("p", "test.process_spin")
+    item = enqueue("p", "test.process_spin", max_retries=3)  # failed by its policy alone
     proc = worker(spawn, record)
     try:
         _, _, pid = first_start(record)
@@ -133,7 +133,7 @@ def test_a_handler_spinning_in_python_is_stopped_at_its_timeout_and_failed(spawn
 
 def test_force_release_stops_the_child_and_the_item_runs_again_without_an_attempt(spawn, tmp_path):
     record = tmp_path / "runs.txt"
-    item = enqueue("p", "test.process_hang")
+    item = enqueue("p", "test.process_hang", max_retries=0)
     proc = worker(spawn, record)
     try:
         _, token, pid = first_start(record)
@@ -158,7 +158,7 @@ def test_force_release_stops_the_child_and_the_item_runs_again_without_an_attemp
 
 def test_cancel_stops_a_child_that_ignores_it_after_the_grace_period(spawn, tmp_path):
     record = tmp_path / "runs.txt"
-    item = enqueue("p", "test.process_hang")
+    item = enqueue("p", "test.process_hang", max_retries=0)
     # A lease shorter than the wait below: only the parent's time-based renewals keep it.
     proc = worker(spawn, record, LEASE_DURATION=1.5)
     try:
@@ -203,7 +203,7 @@ def test_a_cooperative_handler_in_a_child_sees_the_cancel_and_stops_by_itself(sp
 
 def test_a_child_that_dies_fails_its_attempt_and_is_replaced(spawn, tmp_path):
     record = tmp_path / "runs.txt"
-    dying = enqueue("p", "test.process_exit")
+    dying = enqueue("p", "test.process_exit", max_retries=0)
     proc = worker(spawn, record)
     try:
         wait_for(lambda: row(dying.pk)["status"] == "failed", timeout=60)
@@ -220,7 +220,7 @@ def test_a_sigterm_from_outside_hands_the_item_back_without_an_attempt(spawn, tm
     """A service manager signalling every process of the worker (systemd's default
     KillMode) is not the handler's fault."""
     record = tmp_path / "runs.txt"
-    item = enqueue("p", "test.process_hang")
+    item = enqueue("p", "test.process_hang", max_retries=0)
     proc = worker(spawn, record)
     try:
         _, _, pid = first_start(record)
@@ -267,6 +267,19 @@ def test_a_child_is_replaced_after_process_max_items(spawn, tmp_path):
     assert len(pids) == 3
     assert pids[0] == pids[1] and pids[2] != pids[0]
     assert parse_summary(out)["completed"] == 3
+
+
+def test_a_child_is_replaced_above_process_max_memory_mb(spawn, tmp_path):
+    """Any Python process with Django set up is above 1 MiB: every item gets a fresh child."""
+    record = tmp_path / "runs.txt"
+    items = [enqueue("p", "test.process_work", {"n": 1}) for _ in range(2)]
+    proc = worker(spawn, record, "--burst", PROCESS_MAX_MEMORY_MB=1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert [row(item.pk)["status"] for item in items] == ["completed"] * 2, err
+    [first, second] = [pid for _, _, pid in started(record)]
+    assert first != second
+    assert "MiB resident" in err
 
 
 def test_runworker_execution_sets_where_types_that_do_not_choose_run(spawn, tmp_path):
