@@ -145,6 +145,14 @@ def test_a_failed_attempt_ends_retry_and_its_retry_replays_run_once(tracing_on, 
     assert runs[0]["status"] == "ERROR" and runs[1]["status"] == "UNSET"
     endings = {r["parent_id"]: r["attributes"]["leasing.ending"] for r in named(records, "settle")}
     assert endings == {runs[0]["span_id"]: "retry", runs[1]["span_id"]: "completed"}
+    # The worker's record of the failure, written after the handler's span ended, is the
+    # failed run's too.
+    [boundary] = [
+        c
+        for c in named(records, "checkpoint")
+        if c["attributes"]["leasing.checkpoint.type"] == "error_boundary"
+    ]
+    assert boundary["parent_id"] == runs[0]["span_id"]
     # Both runs continue the one enqueue's trace.
     assert {r["trace_id"] for r in records} == {one(records, "enqueue")["trace_id"]}
     assert [r["attributes"]["leasing.run_once.ran"] for r in named(records, "run_once")] == [
