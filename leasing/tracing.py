@@ -91,7 +91,7 @@ _api_lock = threading.Lock()
 
 
 def installed() -> bool:
-    """Whether opentelemetry-api can be imported (without importing it)."""
+    """Whether opentelemetry-api can be imported (importing at most its namespace package)."""
     try:
         return importlib.util.find_spec("opentelemetry.trace") is not None
     except ImportError:
