@@ -13,6 +13,7 @@ the destination is the queue, the message id the work item id):
     checkpoint       INTERNAL  -         each create_checkpoint() (ctx.checkpoint())
     run_once         INTERNAL  -         each run_once(), saying whether its function ran
     settle {queue}   CLIENT    settle    the ending: completed, failed, retry or cancelled
+                                         (also for a lease the sweep recovered)
 
 The enqueuer's trace context (W3C traceparent and tracestate) is stored with
 the item (`WorkItem.trace_context`) in the enqueue's transaction, and the
@@ -90,7 +91,7 @@ _api_lock = threading.Lock()
 
 
 def installed() -> bool:
-    """Whether opentelemetry-api can be imported (without importing it)."""
+    """Whether opentelemetry-api can be imported (importing at most its namespace package)."""
     try:
         return importlib.util.find_spec("opentelemetry.trace") is not None
     except ImportError:
@@ -352,17 +353,88 @@ def _on_released(
     span.end()
 
 
+def _on_expired(
+    sender: Any, work_item_id: str, token: int, status: str = "", **kwargs: Any
+) -> None:
+    """An expired lease the sweep recovered: a settle span in the item's trace (the sweep's
+    process ran nothing of it, so under the enqueuer's context, or linked to it)."""
+    api = _loaded() if _tracing_on() else None
+    if api is None:
+        return
+    from .models import WorkItem
+
+    try:
+        found = (
+            WorkItem.objects.filter(pk=work_item_id)
+            .values_list("trace_context", "queue_name")
+            .first()
+        )
+    except Exception:  # the sweep's work is done; its span is not worth an error
+        logger.warning("reading the trace context of %s failed", work_item_id, exc_info=True)
+        return
+    if found is None:
+        return
+    stored, queue = found
+    carrier = _stored_context(stored)
+    if not carrier:
+        return
+    trace = api.trace
+    enqueuer = api.propagate.extract(carrier)
+    enqueued = trace.get_current_span(enqueuer).get_span_context()
+    if not enqueued.is_valid:
+        return
+    parent = enqueuer if get_settings().tracing is True else api.context.Context()
+    ending = ENDINGS.get(status, status)
+    attributes = _base(queue)
+    attributes.update(
+        {
+            "messaging.message.id": work_item_id,
+            "messaging.operation.type": "settle",
+            "messaging.operation.name": "settle",
+            "leasing.lease.token": token,
+            "leasing.ending": ending,
+            "leasing.lease.expired": True,
+            "leasing.timed_out": bool(kwargs.get("timed_out")),
+        }
+    )
+    span = api.tracer.start_span(
+        _name("settle", queue),
+        context=parent,
+        kind=trace.SpanKind.CLIENT,
+        links=[trace.Link(enqueued)],
+        attributes=attributes,
+    )
+    span.add_event("leasing.lease_expired")
+    span.add_event(f"leasing.{ending}")
+    span.end()
+
+
+def _tracing_on() -> bool:
+    try:
+        return bool(get_settings().tracing)
+    except Exception:  # bad settings: the system check and the next use of them say so
+        return False
+
+
+def listen() -> None:
+    """At start-up (`LeasingConfig.ready`): follow the sweep's recoveries while tracing is on.
+
+    A listener makes every recovery report its items, so none is connected while it is off.
+    """
+    if _tracing_on():
+        signals.lease_expired.connect(_on_expired, dispatch_uid=__name__)
+    else:
+        signals.lease_expired.disconnect(dispatch_uid=__name__)
+
+
 @receiver(setting_changed)
 def _tracing_changed(*, setting: str, **kwargs: Any) -> None:
     """Tracing turned off: stop listening for endings."""
     global _listening
     if setting != "LEASING":
         return
-    try:
-        on = bool(get_settings().tracing)
-    except Exception:  # bad settings: the system check and the next use of them say so
-        return
-    if not on:
+    listen()
+    if not _tracing_on():
         signals.lease_released.disconnect(dispatch_uid=__name__)
         _listening = False
         with _runs_lock:

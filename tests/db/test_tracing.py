@@ -145,6 +145,14 @@ def test_a_failed_attempt_ends_retry_and_its_retry_replays_run_once(tracing_on, 
     assert runs[0]["status"] == "ERROR" and runs[1]["status"] == "UNSET"
     endings = {r["parent_id"]: r["attributes"]["leasing.ending"] for r in named(records, "settle")}
     assert endings == {runs[0]["span_id"]: "retry", runs[1]["span_id"]: "completed"}
+    # The worker's record of the failure, written after the handler's span ended, is the
+    # failed run's too.
+    [boundary] = [
+        c
+        for c in named(records, "checkpoint")
+        if c["attributes"]["leasing.checkpoint.type"] == "error_boundary"
+    ]
+    assert boundary["parent_id"] == runs[0]["span_id"]
     # Both runs continue the one enqueue's trace.
     assert {r["trace_id"] for r in records} == {one(records, "enqueue")["trace_id"]}
     assert [r["attributes"]["leasing.run_once.ran"] for r in named(records, "run_once")] == [
@@ -276,3 +284,31 @@ def test_a_refused_batch_writes_nothing_and_its_span_says_why(tracing_on, spans)
     # Input the span reads before validation is refused by validation, not by the tracing.
     with pytest.raises(InvalidInput, match="queue_name"):
         leasing.enqueue("bad", "test.noop", queue_name=["a list"])
+
+
+@pytest.mark.django_db(transaction=True)  # the signal goes out once the recovery commits
+def test_a_lease_the_sweep_recovers_ends_in_its_items_trace(tracing_on, spans):
+    from leasing import LeaseManager
+    from tests.support.recovery import expire, sweep
+
+    item = leasing.enqueue("expired", "test.noop", max_retries=3)
+    LeaseManager("dead-worker").acquire_lease(lease_duration_seconds=30)
+    expire(item.pk)
+    sweep().scan_and_recover()
+
+    records = spans()
+    send, settle = one(records, "enqueue"), one(records, "settle")
+    assert settle["parent_id"] == send["span_id"]
+    assert settle["attributes"]["leasing.ending"] == "retry"
+    assert settle["attributes"]["leasing.lease.expired"] is True
+    assert settle["events"] == ["leasing.lease_expired", "leasing.retry"]
+
+
+@pytest.mark.django_db
+def test_with_tracing_off_the_sweep_is_not_followed(leasing_settings):
+    from leasing import signals
+
+    leasing_settings(TRACING=True)
+    assert signals.listened(signals.lease_expired)
+    leasing_settings(TRACING=False)
+    assert not signals.listened(signals.lease_expired)
