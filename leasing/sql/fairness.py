@@ -7,8 +7,8 @@ queue instead reads, per fair queue:
 
 * the next keys in rotation: a skip scan of `work_items_fair_idx` (keyed by
   queue, then key, then claim order) from the key this manager served last
-  (its cursor), one index probe per key (`min(fairness_key) > previous`), at
-  most `n` keys, wrapping around to the first key;
+  (its cursor), one index probe per key (the first key after the previous
+  one), at most `n` keys, wrapping around to the first key;
 * each of those keys' first items in claim order (a LATERAL read on
   PostgreSQL, a correlated IN on SQLite), each an index range scan that
   stops after `ceil(n / keys) x weight` rows, locked with SKIP LOCKED;
@@ -96,11 +96,21 @@ def _keys(j: int, queue: str, cursor: str, n: int) -> tuple[list[str], list[Any]
     """CTEs `ks{j}(k, pos)`: the next (at most) `n` keys of a queue in rotation from `cursor`."""
 
     def scan(name: str, start: str, start_params: list[Any], stop: str) -> tuple[str, list[Any]]:
-        probe = f"SELECT min(fairness_key) FROM work_items WHERE {BASE} AND queue_name = %s"
+        # The next key: the first entry of the fair index past `after`. It reads a column
+        # the index lacks (lease_token), so the probe is a plain index scan, not an
+        # index-only one: the entries of items claimed since the last vacuum are dead,
+        # and only a scan that visits their rows marks them so (later probes skip them;
+        # an index-only probe walked them all again, every claim).
+        def probe(after: str) -> str:
+            return (
+                f"SELECT fairness_key FROM work_items WHERE {BASE} AND queue_name = %s "
+                f"{after} AND lease_token >= 0 ORDER BY fairness_key LIMIT 1"
+            )
+
         sql = f"""{name}(k, i) AS (
-            SELECT ({probe} {start}), 1
+            SELECT ({probe(start)}), 1
             UNION ALL
-            SELECT ({probe} AND fairness_key > {name}.k), {name}.i + 1
+            SELECT ({probe(f"AND fairness_key > {name}.k")}), {name}.i + 1
             FROM {name} WHERE {name}.k IS NOT NULL AND {name}.i < %s {stop}
         )"""
         return sql, [queue, *start_params, queue, n]
