@@ -183,3 +183,15 @@ def test_the_console_and_metrics_show_each_bucket_its_rate_and_what_waits(
     assert page.status_code == 200
     html = page.content.decode()
     assert 'data-bucket="key:stripe" data-closed="yes"' in html
+
+
+def test_run_item_says_when_a_rate_limit_holds_the_item_back(leasing_settings):
+    from leasing.testing import NotClaimable, run_item
+
+    leasing_settings(RATE_LIMITS={"key:stripe": {"limit": 1, "per": 60, "burst": 1}})
+    first = enqueue("t1", "test.noop", rate_key="stripe")
+    second = enqueue("t2", "test.noop", rate_key="stripe")
+    run_item(first)
+    with pytest.raises(NotClaimable, match="rate limit's bucket 'key:stripe'"):
+        run_item(second)
+    assert WorkItem.objects.get(pk=second.work_item_id).status == "pending"
