@@ -11,7 +11,10 @@ queue instead reads, per fair queue:
   one), at most `n` keys, wrapping around to the first key;
 * each of those keys' first items in claim order (a LATERAL read on
   PostgreSQL, a correlated IN on SQLite), each an index range scan that
-  stops after `ceil(n / keys) x weight` rows, locked with SKIP LOCKED;
+  stops after its share, `2 x ceil(n / keys) x weight` rows, locked with
+  SKIP LOCKED (twice the even split, so that a key with a backlog still fills
+  the batch beside keys with an item or two, while a claim locks at most
+  about 2n rows);
 * the queue's items without a key, as one more turn.
 
 So the claim reads about `n` index probes and `n` rows whatever the number
@@ -55,6 +58,8 @@ ITEM_COLUMNS = (
     "COALESCE(run_after, created_at) AS available_at, created_at"
 )
 TURN_ORDER = "turn, pos, priority DESC, available_at, created_at, work_item_id"
+# A key's share of a claim of n, as a multiple of the even split ceil(n / keys).
+SHARE_FACTOR = 2
 # The turn of every item beyond the fair queues' keys: after them all.
 LAST_TURN = 1_000_000_000
 
@@ -167,7 +172,7 @@ def fair_candidates(
         ctes += key_ctes
         params += key_params
         weight, weight_params = _weight(f"ks{j}.k", fairness.weights)
-        share = f"(SELECT (%s + count(*) - 1) / count(*) FROM ks{j}) * {weight}"
+        share = f"(SELECT {SHARE_FACTOR} * ((%s + count(*) - 1) / count(*)) FROM ks{j}) * {weight}"
         if postgres:
             source = f"""ks{j} CROSS JOIN LATERAL (
                 SELECT {columns} FROM work_items
@@ -181,7 +186,8 @@ def fair_candidates(
             source = f"""ks{j} JOIN work_items AS c ON c.work_item_id IN (
                 SELECT work_item_id FROM work_items
                 WHERE {condition} AND queue_name = %s AND fairness_key = ks{j}.k
-                ORDER BY {CLAIM_ORDER} LIMIT (SELECT (%s + count(*) - 1) / count(*) FROM ks{j})
+                ORDER BY {CLAIM_ORDER}
+                LIMIT (SELECT {SHARE_FACTOR} * ((%s + count(*) - 1) / count(*)) FROM ks{j})
                     * {int(most)}
             )"""
             source = source.replace(f"SELECT {columns}", "SELECT work_item_id")
