@@ -7,11 +7,14 @@ queue instead reads, per fair queue:
 
 * the next keys in rotation: a skip scan of `work_items_fair_idx` (keyed by
   queue, then key, then claim order) from the key this manager served last
-  (its cursor), one index probe per key (`min(fairness_key) > previous`), at
-  most `n` keys, wrapping around to the first key;
+  (its cursor), one index probe per key (the first key after the previous
+  one), at most `n` keys, wrapping around to the first key;
 * each of those keys' first items in claim order (a LATERAL read on
   PostgreSQL, a correlated IN on SQLite), each an index range scan that
-  stops after `ceil(n / keys) x weight` rows, locked with SKIP LOCKED;
+  stops after its share, `2 x ceil(n / keys) x weight` rows, locked with
+  SKIP LOCKED (twice the even split, so that a key with a backlog still fills
+  the batch beside keys with an item or two, while a claim locks at most
+  about 2n rows);
 * the queue's items without a key, as one more turn.
 
 So the claim reads about `n` index probes and `n` rows whatever the number
@@ -55,6 +58,8 @@ ITEM_COLUMNS = (
     "COALESCE(run_after, created_at) AS available_at, created_at"
 )
 TURN_ORDER = "turn, pos, priority DESC, available_at, created_at, work_item_id"
+# A key's share of a claim of n, as a multiple of the even split ceil(n / keys).
+SHARE_FACTOR = 2
 # The turn of every item beyond the fair queues' keys: after them all.
 LAST_TURN = 1_000_000_000
 
@@ -96,11 +101,21 @@ def _keys(j: int, queue: str, cursor: str, n: int) -> tuple[list[str], list[Any]
     """CTEs `ks{j}(k, pos)`: the next (at most) `n` keys of a queue in rotation from `cursor`."""
 
     def scan(name: str, start: str, start_params: list[Any], stop: str) -> tuple[str, list[Any]]:
-        probe = f"SELECT min(fairness_key) FROM work_items WHERE {BASE} AND queue_name = %s"
+        # The next key: the first entry of the fair index past `after`. It reads a column
+        # the index lacks (lease_token), so the probe is a plain index scan, not an
+        # index-only one: the entries of items claimed since the last vacuum are dead,
+        # and only a scan that visits their rows marks them so (later probes skip them;
+        # an index-only probe walked them all again, every claim).
+        def probe(after: str) -> str:
+            return (
+                f"SELECT fairness_key FROM work_items WHERE {BASE} AND queue_name = %s "
+                f"{after} AND lease_token >= 0 ORDER BY fairness_key LIMIT 1"
+            )
+
         sql = f"""{name}(k, i) AS (
-            SELECT ({probe} {start}), 1
+            SELECT ({probe(start)}), 1
             UNION ALL
-            SELECT ({probe} AND fairness_key > {name}.k), {name}.i + 1
+            SELECT ({probe(f"AND fairness_key > {name}.k")}), {name}.i + 1
             FROM {name} WHERE {name}.k IS NOT NULL AND {name}.i < %s {stop}
         )"""
         return sql, [queue, *start_params, queue, n]
@@ -157,7 +172,7 @@ def fair_candidates(
         ctes += key_ctes
         params += key_params
         weight, weight_params = _weight(f"ks{j}.k", fairness.weights)
-        share = f"(SELECT (%s + count(*) - 1) / count(*) FROM ks{j}) * {weight}"
+        share = f"(SELECT {SHARE_FACTOR} * ((%s + count(*) - 1) / count(*)) FROM ks{j}) * {weight}"
         if postgres:
             source = f"""ks{j} CROSS JOIN LATERAL (
                 SELECT {columns} FROM work_items
@@ -171,7 +186,8 @@ def fair_candidates(
             source = f"""ks{j} JOIN work_items AS c ON c.work_item_id IN (
                 SELECT work_item_id FROM work_items
                 WHERE {condition} AND queue_name = %s AND fairness_key = ks{j}.k
-                ORDER BY {CLAIM_ORDER} LIMIT (SELECT (%s + count(*) - 1) / count(*) FROM ks{j})
+                ORDER BY {CLAIM_ORDER}
+                LIMIT (SELECT {SHARE_FACTOR} * ((%s + count(*) - 1) / count(*)) FROM ks{j})
                     * {int(most)}
             )"""
             source = source.replace(f"SELECT {columns}", "SELECT work_item_id")

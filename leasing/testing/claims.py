@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Q
 
 from ..services.dependencies import waiting_on
@@ -63,7 +65,34 @@ def not_claimable(
             head + f"the {label} {active.name!r} is paused (by {active.paused_by}: "
             f"{active.reason}); leasing.resume() it first."
         )
+    closed = _closed_bucket(item, using)
+    if closed is not None:
+        return NotClaimable(
+            head + f"its rate limit's bucket {closed!r} admits nothing more for now "
+            "(LEASING['RATE_LIMITS'] or the enqueue's rate_limit); it waits, pending.\n  "
+            + describe(item)
+        )
     return NotClaimable(
         head + "a concurrency limit (LEASING['QUEUE_LIMITS'] or ['WORK_TYPE_LIMITS']) is "
         "reached by items in progress.\n  " + describe(item)
     )
+
+
+def _closed_bucket(item: Any, using: str) -> str | None:
+    """The first of the item's rate limit buckets that is closed at the database clock."""
+    from ..services.rate_limits import buckets_of
+    from ..sql.runner import run_one
+    from ..storage import storage_for
+
+    d = storage_for(using)
+    names = buckets_of((item.pk, item.queue_name, item.work_type, item.rate_key))
+    condition, params = d.one_of("bucket", names)
+    row = run_one(
+        using,
+        (
+            f"SELECT bucket FROM leasing_rate_buckets WHERE {condition} "
+            f"AND next_at > {d.epoch(d.now)} ORDER BY bucket",
+            params,
+        ),
+    )
+    return None if row is None else str(row["bucket"])

@@ -80,13 +80,13 @@ def test_queue_and_work_type_limits_hold_together(leasing_settings):
 
 
 def test_a_closed_bucket_opens_again_at_its_rate_and_the_manager_says_when(leasing_settings):
-    # 20 a second and no burst beyond the rate: one at once, then one each 50 ms.
-    leasing_settings(RATE_LIMITS={"key:k": {"limit": 20, "per": 1, "burst": 20}})
+    # One every 2 s and no burst beyond the rate: one at once, then one each 2 s.
+    leasing_settings(RATE_LIMITS={"key:k": {"limit": 1, "per": 2, "burst": 1}})
     items(5, rate_key="k")
     manager = LeaseManager("w1")
     assert len(manager.acquire_leases(5)) == 1
     assert manager.acquire_leases(5) == []
-    assert manager.rate_wait is not None and 0 < manager.rate_wait <= 0.05
+    assert manager.rate_wait is not None and 0 < manager.rate_wait <= 2.0
     time.sleep(manager.rate_wait + 0.01)
     assert len(manager.acquire_leases(5)) == 1
 
@@ -183,3 +183,15 @@ def test_the_console_and_metrics_show_each_bucket_its_rate_and_what_waits(
     assert page.status_code == 200
     html = page.content.decode()
     assert 'data-bucket="key:stripe" data-closed="yes"' in html
+
+
+def test_run_item_says_when_a_rate_limit_holds_the_item_back(leasing_settings):
+    from leasing.testing import NotClaimable, run_item
+
+    leasing_settings(RATE_LIMITS={"key:stripe": {"limit": 1, "per": 60, "burst": 1}})
+    first = enqueue("t1", "test.noop", rate_key="stripe")
+    second = enqueue("t2", "test.noop", rate_key="stripe")
+    run_item(first)
+    with pytest.raises(NotClaimable, match="rate limit's bucket 'key:stripe'"):
+        run_item(second)
+    assert WorkItem.objects.get(pk=second.work_item_id).status == "pending"

@@ -60,8 +60,8 @@ class LeasingMachine(ModelMachine):
 
     def check_turns(self, got: list[str], n: int, claimable: set[str]) -> None:
         """In a fair queue no key takes more than its share of a claim: with k keys that had
-        claimable items (k <= n), at most ceil(n / k) each (the claim may count more keys,
-        whose items are not claimable yet, and so give each a smaller share)."""
+        claimable items (k <= n), at most 2 x ceil(n / k) each (the claim may count more
+        keys, whose items are not claimable yet, and so give each a smaller share)."""
         for queue in self.ref.fair_queues:
             keys = {
                 self.ref.items[i].fairness_key
@@ -75,7 +75,7 @@ class LeasingMachine(ModelMachine):
                 for i in got
                 if self.ref.items[i].queue == queue and self.ref.items[i].fairness_key
             )
-            share = -(-n // len(keys))
+            share = 2 * -(-n // len(keys))
             assert all(count <= share for count in taken.values()), (taken, share)
 
     @precondition(lambda self: self.ref.with_status(IN_PROGRESS))
