@@ -1,24 +1,23 @@
 """Which idle worker answers a wake: the statements of `leasing.worker.leadership`.
 
-Every listening worker hears every NOTIFY (`new_items.NOTIFY_CHANNEL`). Had
-each answered with a claim, all but the first would come back empty: at 100
-enqueues a second with 4 workers, three claims in four did nothing, and the
-workers spent twice the CPU and transactions a job of one that listened
-alone. So the workers that claim the same items (one claim key) elect one
-to answer: the holder of a session-level advisory lock on the key, taken on
-the listener's own connection (a session, as LISTEN needs). The lock goes
-with the session, so a dead worker's lead passes to the next one woken.
-
-A leader whose claim took all it had room for may have left items behind:
-it steps down and sends `HANDOFF_CHANNEL` (`key sender`), which every other
-worker with the key answers with a claim.
+PostgreSQL delivers a NOTIFY (`new_items.NOTIFY_CHANNEL`) to every session
+that LISTENs on its channel. Had each worker answered with a claim, all but
+the first would come back empty: at 100 enqueues a second with 4 workers,
+three claims in four did nothing, and the workers spent twice the CPU and
+transactions a job of one that listened alone. Worse, PostgreSQL signals every
+session of the database that LISTENs on any channel for every NOTIFY, and
+each reads the notification queue in a transaction of its own. So the workers
+that claim the same items (one claim key) elect one to answer: the holder of
+a session-level advisory lock on the key, taken on the listener's own
+connection (a session, as LISTEN needs). Only the leader LISTENs, the others
+try for the lead now and then; the lock goes with the session, so a dead
+worker's lead passes to the next one that tries.
 """
 
 from __future__ import annotations
 
 from .runner import Statement
 
-HANDOFF_CHANNEL = "leasing_handoff"
 # Every statement of a listener's session starts with LISTEN or this mark, so
 # monitoring (and the bench) can tell listener sessions apart.
 LISTENER_MARK = "/* leasing listener */"
@@ -38,6 +37,9 @@ def step_down(key: str) -> Statement:
     return f"{LISTENER_MARK} SELECT pg_advisory_unlock({_LOCK_ID})", [key]
 
 
-def hand_off(key: str, sender: str) -> Statement:
-    """Wake the other workers of `key`: the leader's claim left items behind."""
-    return f"{LISTENER_MARK} SELECT pg_notify(%s, %s)", [HANDOFF_CHANNEL, f"{key} {sender}"]
+def listen(channel: str, on: bool) -> str:
+    """LISTEN (or UNLISTEN) `channel`, marked as a listener's statement. The
+    channels are this package's constants, plain lower-case identifiers."""
+    if not (channel.isidentifier() and channel.islower()):
+        raise ValueError(f"not a channel name: {channel!r}")
+    return f"{LISTENER_MARK} {'LISTEN' if on else 'UNLISTEN'} {channel}"

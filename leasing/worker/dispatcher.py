@@ -6,6 +6,18 @@ faster than `FAST_HANDLER_SECONDS` on average let the dispatcher claim a
 little ahead (prefetch), so executors never wait for the round trip; slow
 work is never hoarded, and is claimed at most `CLAIM_CHUNK` items a round trip:
 the first handlers start while the rest are claimed.
+
+While work is scarce (the last claim got less than it asked for), a worker
+woken by NOTIFY that is not draining (`--burst`) spends as few round trips as
+it can. The one that answers wakes (`leads`, see `leasing.worker.leadership`),
+and any other whose last claim still got `ENGAGED_ITEMS` or more (more arrives
+than the leader takes): finished items wait up to `LINGER_SECONDS` for the next
+claim to ride along with, and a claim follows the one before by at least
+`CLAIM_COOLDOWN_SECONDS`, so the wakes of several small enqueues share one
+round trip. The others hear of new work only by polling: they complete what
+finished without claiming, and claim at the next poll. None claims again at
+once after a short claim. Without these, a trickle of enqueues cost each
+worker a claim, an empty claim and a completion for every few items.
 """
 
 from __future__ import annotations
@@ -43,6 +55,14 @@ MAX_PREFETCH = 1000
 # (workers started together) each stepped past the rows the others had locked.
 CLAIM_CHUNK = 100
 
+# While work is scarce: how long finished items wait for a claim to share a
+# round trip with, and the least time between two claims (oban-py's producer
+# debounces its fetches for the same reason).
+LINGER_SECONDS = 0.05
+CLAIM_COOLDOWN_SECONDS = 0.025
+# A worker that does not lead keeps claiming while its claims get this many items.
+ENGAGED_ITEMS = 32
+
 Finished = tuple[Slot, str | None]  # a slot and its handler's output, encoded as JSON
 
 
@@ -74,7 +94,15 @@ class Dispatcher:
         self.on_done = on_done
         self.wake = wake
         self._finished: list[Finished] = []
+        self._first_finished_at = 0.0  # monotonic time the oldest of `_finished` arrived
         self.last_asked = 0  # the number of items the last round trip asked for
+        # Monotonic time of the last claim if it got less than it asked for (work is
+        # scarce); None after a claim that filled up (more may be waiting).
+        self._short_claim_at: float | None = None
+        self._last_got = 0  # items the last claim got
+        # Whether this worker answers wakes (set by the runtime where a listener runs:
+        # it leads); None where no wakes come at all (polling only).
+        self.leads: Callable[[], bool] | None = None
         self._lock = threading.Lock()
         self._avg_run_seconds: float | None = None
         # `prefetch()` as of the last round trip: executors read it after every
@@ -89,13 +117,18 @@ class Dispatcher:
         average = self._avg_run_seconds
         self._avg_run_seconds = elapsed if average is None else 0.8 * average + 0.2 * elapsed
         with self._lock:
+            if not self._finished:
+                self._first_finished_at = time.monotonic()
             self._finished.append((slot, output_json))
             finished = len(self._finished)
         # Wake the dispatcher only when a round trip is worth it: waking it for
         # every result costs more than the handler of a quick item. The executor
         # that just finished takes the next queued slot now, so count the queue
         # without it: one queued slot left means the executors are about to run dry.
-        if self._worth_it(finished, self.pool.backlog() - 1):
+        # (While finished items linger, the wake-up sets the dispatcher's timer:
+        # `worth_a_round_trip` and `due_in` say when to go.)
+        backlog = self.pool.backlog() - 1
+        if backlog < self.config.concurrency or finished >= max(1, self._prefetch):
             self.wake()
 
     def finished_count(self) -> int:
@@ -107,9 +140,40 @@ class Dispatcher:
         return self._worth_it(self.finished_count(), self.pool.backlog())
 
     def _worth_it(self, finished: int, backlog: int) -> bool:
-        return bool(finished) and (
-            backlog < self.config.concurrency or finished >= max(1, self._prefetch)
-        )
+        if not finished:
+            return False
+        if finished >= max(1, self._prefetch):
+            return True  # a full batch
+        if backlog >= self.config.concurrency:
+            return False  # the executors are busy
+        # They are about to run dry; while work is scarce the finished items wait
+        # a little for the next claim (`due_in` says when they stop waiting).
+        return not self._lingering() or self._linger_left() <= 0
+
+    @property
+    def scarce(self) -> bool:
+        """Work is scarce for a worker woken by NOTIFY: the last claim came back short."""
+        return self._short_claim_at is not None and self.leads is not None and not self.config.burst
+
+    def _lingering(self) -> bool:
+        """Scarce, and this worker claims on: finished items wait for the next claim."""
+        return self.scarce and self._engaged()
+
+    def _engaged(self) -> bool:
+        """This worker answers wakes, or its claims still get plenty on their own."""
+        return self._last_got >= ENGAGED_ITEMS or (self.leads is not None and self.leads())
+
+    def _linger_left(self) -> float:
+        with self._lock:
+            first = self._first_finished_at if self._finished else None
+        return 0.0 if first is None else first + LINGER_SECONDS - time.monotonic()
+
+    def due_in(self) -> float:
+        """Seconds until finished items waiting for a claim stop waiting (inf: none wait)."""
+        if not self._lingering():
+            return float("inf")
+        left = self._linger_left()
+        return max(left, 0.001) if left > 0 else float("inf")
 
     # --- the round trip ------------------------------------------------------------------
 
@@ -129,8 +193,9 @@ class Dispatcher:
         return 0
 
     def has_room(self) -> bool:
-        """Whether a claim now would ask for at least one item."""
-        return self._capacity(0) > 0
+        """Whether a claim now would ask for at least one item (finished items waiting
+        to be written free their slots in the same round trip)."""
+        return self._capacity(self.finished_count()) > 0
 
     def _capacity(self, finishing: int) -> int:
         c = self.config
@@ -156,6 +221,11 @@ class Dispatcher:
     def cycle(self, *, claiming: bool) -> int:
         """Complete what finished and (when `claiming`) claim what fits; returns the claims."""
         self._prefetch = self.prefetch()
+        if claiming and self.scarce:
+            if self._lingering():
+                self._cool_down()
+            elif self.finished_count():
+                claiming = False  # not woken for new work: this is only a completion
         batch = self._take()
         done = [(slot.lease, output) for slot, output in batch]
         capacity = self._capacity(len(batch)) if claiming else 0
@@ -175,7 +245,17 @@ class Dispatcher:
             self._put_back(batch)  # written after reconnecting
             raise
         self._finish(batch, completion)
+        if capacity > 0:
+            self._short_claim_at = time.monotonic() if len(leases) < capacity else None
+            self._last_got = len(leases)
         return self._start(leases)
+
+    def _cool_down(self) -> None:
+        """Let `CLAIM_COOLDOWN_SECONDS` pass since the last (short) claim."""
+        short_at = self._short_claim_at
+        rest = 0.0 if short_at is None else short_at + CLAIM_COOLDOWN_SECONDS - time.monotonic()
+        if rest > 0:
+            time.sleep(rest)
 
     def _finish(self, batch: list[Finished], completion: Completion) -> None:
         slot_of = {slot.key: slot for slot, _ in batch}

@@ -4,16 +4,24 @@ The listener thread asks `Leadership` what to do with each NOTIFY it hears
 and runs its statements on the listener's own connection (the advisory lock
 is that session's); the dispatcher reports each claim (`claimed`).
 
-- A wake, leading: claim, unless the last claim took all it asked for (the
-  process's room, or a `CLAIM_CHUNK` of it: either way items may be left) or it
-  has no room now; then step down and hand off (the others claim).
-- A wake, not leading: with room, try to take the lead; claim if that worked.
-  After a failed try a worker waits `LEAD_RETRY_S` before the next (a
-  statement per wake per worker would cost more than the claims it saves);
-  a wake that came meanwhile is owed a try when the wait ends, so a dead
-  leader's wakes wait at most that long.
-- A handoff from another worker of the key: claim if there is room (and take
-  the lead if it is free).
+PostgreSQL signals every session of a database that LISTENs on any channel
+for every NOTIFY, and each such session reads the notification queue in a
+transaction of its own. So only the leader LISTENs, and only while wakes are
+worth hearing:
+
+- Leading, wakes sparse: LISTEN; claim on each wake, unless the last claim
+  took all it asked for (the process's room, or a `CLAIM_CHUNK` of it: either
+  way items may be left) or it has no room now; then step down (the others
+  take the lead in turn, and each claims as it does).
+- Leading, wakes dense (two within `DENSE_WAKES_S`): UNLISTEN and claim every
+  `TRICKLE_POLL_S` instead, until a claim comes back empty; then LISTEN again
+  and claim once more (an enqueue between that claim and the LISTEN is not
+  missed). While enqueues come faster than claims, a claim every interval
+  costs the same round trips with no notification to read.
+- Not leading: no LISTEN at all; with room, try to take the lead every
+  `LEAD_RETRY_S`, and claim when that worked (wakes went unheard meanwhile). A
+  dead leader's lock goes with its session, so its wakes wait at most that
+  long, and a leader that stepped down is followed as fast.
 
 Any worker still polls (`poll_interval`), so a wake nobody answered (a leader
 whose dispatcher is stuck) waits at most one poll.
@@ -22,7 +30,6 @@ whose dispatcher is stuck) waits at most one poll.
 from __future__ import annotations
 
 import hashlib
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,10 +39,16 @@ from ..sql import wakes
 from ..sql.terms import ClaimFilters
 
 # How long a leader's listener waits for a NOTIFY before looking whether its
-# last claim filled up (and it should hand off).
+# last claim filled up (and it should step down), for ACTIVE_S after a claim
+# that got items; an idle leader waits as long as the others.
 LEADER_WAIT_S = 0.02
-# After failing to take the lead, how long a worker waits before trying again.
-LEAD_RETRY_S = 0.1
+ACTIVE_S = 1.0
+# How often a worker that does not lead tries to take the lead (a statement each).
+LEAD_RETRY_S = 0.5
+# Two wakes closer than this: enqueues come faster than a leader claims.
+DENSE_WAKES_S = 0.025
+# While they do, the leader claims this often without listening.
+TRICKLE_POLL_S = 0.025
 
 
 def claim_key(filters: ClaimFilters) -> str:
@@ -51,13 +64,23 @@ class Leadership:
 
     def __init__(self, key: str, has_room: Callable[[], bool]) -> None:
         self.key = key
-        self.sender = secrets.token_hex(6)
         self.has_room = has_room
         self.leading = False  # read and written by the listener thread only
-        # The last claim took all it asked for (set by the dispatcher, read by the listener).
+        # Leading without listening: claiming every TRICKLE_POLL_S (listener thread only).
+        self.trickle = False
+        # The last claim took all it asked for / got nothing (set by the dispatcher,
+        # read by the listener).
         self._filled = False
+        self._empty = False
         self._next_try = 0.0  # monotonic time of the next try for the lead
-        self._owed = False  # a wake came while waiting for it
+        self._last_wake = 0.0  # monotonic time of the last wake heard
+        self._next_poll = 0.0  # monotonic time of the next trickle claim
+        self._active_until = 0.0  # monotonic time until which claims are recent
+
+    @property
+    def listens(self) -> bool:
+        """Whether the listener should LISTEN on the enqueue channel now."""
+        return self.leading and not self.trickle
 
     # --- the dispatcher -----------------------------------------------------------------
 
@@ -65,64 +88,78 @@ class Leadership:
         """A claim asked for `asked` items and got `got`."""
         if asked > 0:
             self._filled = got >= asked
+            self._empty = got == 0
+            if got:
+                self._active_until = time.monotonic() + ACTIVE_S
 
     # --- the listener thread ------------------------------------------------------------
 
     def wait_s(self, idle_wait_s: float) -> float:
+        now = time.monotonic()
+        if self.trickle:
+            return max(0.0, min(LEADER_WAIT_S, self._next_poll - now))
         if self.leading:
-            return LEADER_WAIT_S
-        if self._owed:
-            return min(idle_wait_s, max(0.0, self._next_try - time.monotonic()))
-        return idle_wait_s
+            return LEADER_WAIT_S if now < self._active_until else idle_wait_s
+        return min(idle_wait_s, max(0.0, self._next_try - now))
 
     def woken(self, conn: Any) -> bool:
         """A wake for this worker's queues: whether this worker claims for it."""
-        if self.leading:
-            if self._filled or not self.has_room():
-                self._step_down(conn)
-                return False
-            return True
-        if not self.has_room():
-            return False
-        if time.monotonic() < self._next_try:
-            self._owed = True
-            return False
-        return self._try_lead(conn)
-
-    def handed_off(self, conn: Any, payload: str) -> bool:
-        """A handoff: whether this worker claims for it."""
-        key, _, sender = payload.partition(" ")
-        if key != self.key or sender == self.sender or not self.has_room():
-            return False
         if not self.leading:
-            self._try_lead(conn)
+            return False  # heard just before its UNLISTEN: nothing to answer
+        if self._filled or not self.has_room():
+            self._step_down(conn)
+            return False
+        now = time.monotonic()
+        if now - self._last_wake < DENSE_WAKES_S:
+            self.trickle = True  # the listener UNLISTENs
+            self._empty = False
+            self._next_poll = now + TRICKLE_POLL_S
+        self._last_wake = now
         return True
 
     def tick(self, conn: Any) -> bool:
-        """Between waits: a leader whose last claim filled up hands off; a worker owed a
-        try for the lead tries. Whether this worker claims now."""
-        if self.leading and self._filled:
-            self._step_down(conn)
-        elif self._owed and time.monotonic() >= self._next_try:
-            return self.has_room() and self._try_lead(conn)
-        return False
+        """Between waits: a leader whose last claim filled up steps down; a trickling
+        leader claims when its interval is up, and listens again after an empty claim;
+        a worker that does not lead tries for the lead when its time comes. Whether
+        this worker claims now."""
+        now = time.monotonic()
+        if self.leading:
+            if self._filled or (self.trickle and not self.has_room()):
+                self._step_down(conn)
+                return False
+            if not self.trickle:
+                return False
+            if self._empty:
+                self.trickle = False  # the listener LISTENs before the claim this asks for
+                self._empty = False
+                return True
+            if now >= self._next_poll:
+                self._next_poll = now + TRICKLE_POLL_S
+                return True
+            return False
+        if now < self._next_try:
+            return False
+        if not self.has_room():
+            self._next_try = now + LEAD_RETRY_S
+            return False
+        return self._try_lead(conn)
 
     def disconnected(self) -> None:
         """The listener's session ended, and its lock with it."""
-        self.leading = False
+        self.leading = self.trickle = False
 
     def _try_lead(self, conn: Any) -> bool:
         sql, params = wakes.try_lead(self.key)
         self.leading = bool(conn.execute(sql, params).fetchone()[0])
-        self._owed = False
         if self.leading:
-            self._filled = False
+            self._filled = self._empty = False
         else:
             self._next_try = time.monotonic() + LEAD_RETRY_S
         return self.leading
 
     def _step_down(self, conn: Any) -> None:
-        for sql, params in (wakes.step_down(self.key), wakes.hand_off(self.key, self.sender)):
-            conn.execute(sql, params)
-        self.leading = False
+        sql, params = wakes.step_down(self.key)
+        conn.execute(sql, params)
+        self.leading = self.trickle = False
         self._filled = False
+        self._next_try = time.monotonic() + LEAD_RETRY_S  # the others take it first

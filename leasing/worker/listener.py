@@ -4,7 +4,8 @@ The listener holds a session connection of its own (LISTEN needs a session,
 so behind a transaction pooler `LEASING["LISTEN_DATABASE"]` names a direct
 connection, or `LEASING["LISTEN"] = False` makes workers poll). Polling with
 jitter stays the fallback whenever the listener is down. With `leadership`
-one idle worker of a claim key answers each wake, not all of them
+one idle worker of a claim key answers each wake, not all of them, and only
+that one LISTENs, and only while wakes are worth hearing
 (`leasing.worker.leadership`).
 """
 
@@ -17,8 +18,8 @@ from typing import Any
 
 from django.db import connections
 
+from ..sql import wakes
 from ..sql.new_items import NOTIFY_CHANNEL
-from ..sql.wakes import HANDOFF_CHANNEL
 from .leadership import Leadership
 
 logger = logging.getLogger("leasing.worker")
@@ -42,6 +43,7 @@ class NotifyListener:
         self.on_notify = on_notify
         self.leadership = leadership
         self._stop = threading.Event()
+        self._hears_enqueues = False  # LISTENing on the enqueue channel (listener thread only)
         self._thread = threading.Thread(target=self._run, name="notify-listener", daemon=True)
 
     def start(self) -> NotifyListener:
@@ -55,7 +57,6 @@ class NotifyListener:
     def _run(self) -> None:
         # psycopg is only installed where PostgreSQL is used, and only then does this run.
         import psycopg
-        from psycopg import sql
 
         params = connections[self.using].get_connection_params()
         params.pop("cursor_factory", None)
@@ -64,8 +65,8 @@ class NotifyListener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as conn:
-                    for channel in (NOTIFY_CHANNEL, HANDOFF_CHANNEL):
-                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self._hears_enqueues = False
+                    self._follow_lead(conn)
                     self._listen(conn)
             except psycopg.Error as exc:
                 logger.debug("notify listener reconnecting: %s", exc)
@@ -85,13 +86,23 @@ class NotifyListener:
             claim = any([self._answers(conn, note.channel, note.payload) for note in notes])
             if lead is not None and lead.tick(conn):
                 claim = True
+            self._follow_lead(conn)
             if claim:
                 self.on_notify()
 
+    def _follow_lead(self, conn: Any) -> None:
+        """LISTEN on the enqueue channel while this worker answers wakes (there is no
+        leadership, or it leads and wakes are sparse), UNLISTEN otherwise: a session
+        that listens reads every NOTIFY of the database, in a transaction."""
+        wanted = self.leadership is None or self.leadership.listens
+        if wanted != self._hears_enqueues:
+            conn.execute(wakes.listen(NOTIFY_CHANNEL, wanted))
+            self._hears_enqueues = wanted
+
     def _answers(self, conn: Any, channel: str, payload: str) -> bool:
-        lead = self.leadership
-        if channel == HANDOFF_CHANNEL:
-            return lead is not None and lead.handed_off(conn, payload)
+        if channel != NOTIFY_CHANNEL:
+            return False
         if self.queues is not None and payload not in self.queues:
             return False
+        lead = self.leadership
         return lead is None or lead.woken(conn)

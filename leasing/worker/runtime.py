@@ -188,10 +188,11 @@ class WorkerRuntime:
         self.pool.start()
         self.renewer.start()
         if c.listen_database is not None and storage_for(c.using).can_listen:
-            self.leadership = Leadership(claim_key(c.filters), self._has_room)
+            self.leadership = leadership = Leadership(claim_key(c.filters), self._has_room)
             self.listener = NotifyListener(
                 c.listen_database, c.filters.queues, self._on_notify, self.leadership
             )
+            self.dispatcher.leads = lambda: leadership.leading
             self.listener.start()
         reason = "stopped"
         try:
@@ -265,7 +266,7 @@ class WorkerRuntime:
                 self._log_summary()
             if ended is not None:
                 return ended
-            if claimed:
+            if claimed and not self.dispatcher.scarce:
                 continue
             poll = self.config.poll_interval
             if self.config.burst and not len(self.slots):
@@ -321,7 +322,7 @@ class WorkerRuntime:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            self._wake.wait(min(remaining, self._next_deadline_in()))
+            self._wake.wait(min(remaining, self._next_deadline_in(), self.dispatcher.due_in()))
             self._wake.clear()
 
     def _next_deadline_in(self) -> float:

@@ -2,10 +2,12 @@
 processes on PostgreSQL.
 
 The workers poll every 30 s here, so an item that starts within a second was
-started by a wake (or a handoff), never by a poll.
+started by a wake (or by a worker taking over the lead), never by a poll.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -22,3 +24,49 @@ def test_the_claim_key_is_the_same_for_the_same_filters_in_any_order():
     assert claim_key(one) != claim_key(ClaimFilters(work_types=("a", "b"), queues=("q1",)))
     assert claim_key(one) != claim_key(ClaimFilters(work_types=("a",), queues=("q1", "q2")))
     assert claim_key(ClaimFilters()) != claim_key(one)
+
+
+def test_only_the_leader_hears_enqueues_and_a_freed_lead_is_taken_and_claimed_for():
+    import threading
+
+    from django.db import connection
+
+    from leasing.sql import wakes
+    from leasing.sql.new_items import NOTIFY_CHANNEL
+    from leasing.worker.leadership import LEAD_RETRY_S, Leadership
+    from leasing.worker.listener import NotifyListener
+    from tests.support.helpers import wait_for
+
+    woken = threading.Event()
+    calls: list[float] = []
+
+    def on_notify() -> None:
+        calls.append(time.monotonic())
+        woken.set()
+
+    lead = Leadership("test-key", has_room=lambda: True)
+    lock_sql, lock_params = wakes.try_lead(lead.key)
+    with connection.cursor() as cursor:  # this session holds the lead
+        cursor.execute(lock_sql, lock_params)
+        assert cursor.fetchone()[0] is True
+    listener = NotifyListener("default", None, on_notify, lead).start()
+    try:
+        time.sleep(2 * LEAD_RETRY_S)  # it tried for the lead at least once, and failed
+        assert not lead.leading and not listener._hears_enqueues
+        with connection.cursor() as cursor:
+            for _ in range(5):
+                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, "default"])
+        time.sleep(0.3)
+        assert calls == []  # not the leader: not woken for enqueues at all
+        with connection.cursor() as cursor:
+            cursor.execute(*wakes.step_down(lead.key))
+        # Within a try's interval it takes the lead and claims (wakes may have gone unheard).
+        assert woken.wait(timeout=3 * LEAD_RETRY_S)
+        wait_for(lambda: listener._hears_enqueues, timeout=2)
+        assert lead.leading
+        woken.clear()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, "default"])
+        assert woken.wait(timeout=2)  # the leader is woken by an enqueue
+    finally:
+        listener.stop()
