@@ -174,6 +174,10 @@ class ExecutorPool:
         """Slots queued and not yet taken by an executor."""
         return len(self._queued)
 
+    def runs_in_child(self, slot: Slot) -> bool:
+        """Whether the slot's handler runs in a child process (which the worker can stop)."""
+        return self.executions.get(slot.spec.work_type) == "process"
+
     def retire(self, executor: Executor, why: str) -> None:
         """Stop counting on an executor (stuck or dead) and start another in its place.
 
@@ -181,9 +185,7 @@ class ExecutorPool:
         (it sees its run abandoned) and carries on with a fresh one.
         """
         slot = executor.slot
-        if executor.child is not None and (
-            slot is None or self.executions.get(slot.spec.work_type) == "process"
-        ):
+        if executor.child is not None and (slot is None or self.runs_in_child(slot)):
             logger.info("%s stops its child process: %s", executor.name, why)
             return
         with self._lock:

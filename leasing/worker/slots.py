@@ -259,6 +259,8 @@ class AbandonedRuns:
         executor = slot.executor
         if executor is None or not _still_on(executor, slot):
             return False
+        if executor.child is not None and executor.pool.runs_in_child(slot):
+            return False  # its executor stops the child: nothing outlives the run
         with self._lock:
             if slot.key in self._runs:
                 return False

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from leasing import cancel, enqueue
-from leasing.models import Checkpoint, IdempotencyKey
+from leasing.models import Checkpoint, IdempotencyKey, Worker
 from leasing.services.operations import Action, apply_action
 from tests.support.helpers import recorded, row, wait_for
 from tests.support.workers import leasing_env, parse_summary
@@ -154,6 +154,8 @@ def test_force_release_stops_the_child_and_the_item_runs_again_without_an_attemp
         summary = parse_summary(stop(proc))
     assert summary["lost"] == 1
     assert not running(second_pid)  # the worker's shutdown stopped it too
+    # A stopped child leaves nothing running: the run is never an abandoned one.
+    assert Worker.objects.get().runs_abandoned_total == 0
 
 
 def test_cancel_stops_a_child_that_ignores_it_after_the_grace_period(spawn, tmp_path):
