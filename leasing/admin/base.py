@@ -116,6 +116,9 @@ class ReadOnlyAdmin(_ModelAdmin):
             allowed = allowed | {field.target_field.name}  # `work_item__work_item_id`
         if any(part not in allowed for part in rest):
             return False
+        if rest and rest[-1] == "range" and len([v for v in str(value).split(",") if v]) != 2:
+            # Django checks a range's two ends only when it compiles the query (a 500).
+            raise IncorrectLookupParameters(f"{lookup} takes two values: from,to.")
         return super().lookup_allowed(lookup, value, request)
 
     def _refuse_unstorable(self, request: HttpRequest) -> HttpResponse | None:

@@ -226,3 +226,22 @@ def test_change_url_of_a_real_item_still_works(scenario, operator):
     response = operator.get(change_url(scenario.ids()["healthy"]))
     assert response.status_code == 200
     assert operator.get(timeline_url("task-healthy")).status_code == 200
+
+
+@pytest.mark.parametrize("model", ["workitem", "checkpoint", "idempotencykey"])
+@pytest.mark.parametrize("query", ["created_at__range=", "created_at__range=2026-01-01"])
+def test_a_range_without_two_ends_is_reported(scenario, operator, model, query):
+    response = operator.get(f"/admin/leasing/{model}/?{query}", follow=True)
+    assert response.status_code == 200
+    assert any("were not valid" in m for m in messages_of(response))
+
+
+def test_an_action_posted_with_a_range_without_two_ends_changes_nothing(scenario, operator):
+    before = snapshot()
+    response = operator.post(
+        changelist_url("created_at__range="),
+        {"action": "force_release_selected", "index": "0", "reason": "x"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert snapshot() == before

@@ -50,7 +50,7 @@ def test_once_syncs_the_settings_and_enqueues_what_is_due(leasing_settings):
         (["--interval", "5"], "--interval was removed: the scheduler makes a pass every 1s"),
         (["--no-sync"], "--no-sync was removed"),
         (["--json"], "--json was removed"),
-        (["--database", "other"], "--database was removed: the scheduler uses the default database"),
+        (["--database", "other"], "--database was removed: the scheduler uses the default"),
         (["--bogus"], "unrecognized arguments"),
     ],
 )
