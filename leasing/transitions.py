@@ -343,6 +343,8 @@ GUARDS: tuple[Guard, ...] = (
             "force_fail": "allowed; nothing is charged",
             "cancel": "allowed; nothing is charged",
             "dependency_failed": "allowed; nothing is charged",
+            "delete": "allowed; nothing is charged",
+            "run_now": "still waits for its bucket: only its time is moved",
         },
     ),
     Guard(
@@ -360,6 +362,8 @@ GUARDS: tuple[Guard, ...] = (
             "force_fail": "allowed",
             "cancel": "allowed",
             "dependency_failed": "allowed",
+            "delete": "allowed",
+            "run_now": "still takes its key's turns: only its time is moved",
         },
     ),
     Guard(

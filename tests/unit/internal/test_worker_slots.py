@@ -267,6 +267,7 @@ class BlockedExecutor(threading.Thread):
         super().__init__(daemon=True)
         self.release = threading.Event()
         self.slot: Slot | None = None
+        self.child = None  # a handler thread: no child process
 
     def run(self) -> None:
         self.release.wait(30)
