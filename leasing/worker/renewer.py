@@ -12,8 +12,9 @@ one statement, the runs whose lease is due by its policy:
   written by its claim and its completion only;
 * a running `beat`-mode run (proof of work): its handler beat since the last
   renewal, and that interval (capped by `EXTENDER_INTERVAL`) has passed; a
-  handler that stops beating lets its lease run out, and a round after its
-  expiry the run is reported lost (and abandoned, if its thread still runs).
+  handler that stops beating lets its lease run out; from a round after its
+  expiry the renewer reads what became of it, and the run is abandoned once
+  the item moved on (the sweep recovered it).
 
 Each round also beats the process's `workers` row. Leases the database no
 longer shows as held are reported through `on_lease_lost`; after
@@ -30,7 +31,7 @@ from collections.abc import Callable, Mapping
 
 from django.db import DatabaseError
 
-from ..exceptions import DatabaseUnavailable, LeaseExpiredError
+from ..exceptions import DatabaseUnavailable
 from ..keeping import TIME, WORK, KeptLease, LeaseKeeper
 from ..services.leases import LeaseManager
 from ..threads import IntervalThread
@@ -116,10 +117,12 @@ class LeaseRenewer(IntervalThread):
                 self.keeper.failed([], exc)
 
     def _report_silent_runs(self, slots: list[Slot]) -> None:
-        """A `beat`-mode run whose handler stopped beating let its lease run out: report it
-        lost (it is abandoned) once its lease has surely expired, a round past its expiry.
+        """A `beat`-mode run whose handler stopped beating let its lease run out; nothing
+        renews it, so no round learns when the item moves on (the sweep recovers it).
 
-        Nothing renews such a lease, so no round would find it lost otherwise.
+        Once its lease has surely expired (a round past its expiry), each round
+        asks the database what became of it and reports that: the run is
+        abandoned once the lease moved on, as any other fenced-out run.
         """
         now = time.monotonic()
         for slot in slots:
@@ -129,13 +132,11 @@ class LeaseRenewer(IntervalThread):
                 and slot.state is SlotState.RUNNING
                 and now > kept.renewed_at + slot.lease_duration + self.interval
             ):
-                self.on_lease_lost(
-                    slot,
-                    LeaseExpiredError(
-                        f"lease on {slot.lease.work_item_id} (token {slot.lease.token}) expired: "
-                        "its handler stopped beating"
-                    ),
-                )
+                try:
+                    error = self.manager.refusal(*slot.key, renewing=True)
+                except (DatabaseUnavailable, DatabaseError) as exc:
+                    error = exc
+                self.on_lease_lost(slot, error)
 
     def _pass_on_cancel_requests(self) -> None:
         """Tell the runs whose items someone asked to stop (within one tick of the request)."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError
 
-from ..exceptions import DatabaseUnavailable
+from ..exceptions import DatabaseUnavailable, LeaseConflictError, LeaseExpiredError
 from .executors import ExecutorPool
 from .outcomes import Counters, Recorder, one_line
 from .slots import AbandonedRuns, Slot, SlotState, SlotTable
@@ -71,12 +71,13 @@ class Watch:
     def lease_lost(self, slot: Slot, error: BaseException) -> None:
         """The renewer could not keep a lease: the run must stop writing.
 
-        A lease the database shows as gone (expired, force-released,
-        force-failed, taken by another run) fences the run out: it is
+        A lease that moved on (force-released, force-failed, recovered by the
+        sweep, held by another run, the item gone) fences the run out: it is
         abandoned, its executor replaced, and its item is not claimed again by
-        this process while its thread runs. A lease the renewer could not
-        renew because the database failed it stays tracked (its ending is
-        still tried, fenced): only the handler is told.
+        this process while its thread runs. A lease that only expired (still
+        this run's: nobody took the item yet), or that the database failed to
+        renew, stays tracked: the handler is told, and its ending is still
+        tried (fenced by the token, so it lands if nobody took the item).
         """
         if slot.state is SlotState.FINISHED:
             return  # its outcome is being written; the fence decides
@@ -88,7 +89,7 @@ class Watch:
             self.counters.add(lost=1)
             self.on_done(slot)
             return
-        if isinstance(error, DatabaseUnavailable | DatabaseError):
+        if not moved_on(error):
             if not slot.lost_logged:
                 self._log_lost(slot, reason)
             return
@@ -107,3 +108,14 @@ class Watch:
         logger.warning(
             "lease on %s (token %d) lost: %s", slot.lease.work_item_id, slot.lease.token, reason
         )
+
+
+def moved_on(error: BaseException) -> bool:
+    """Whether a renewal's refusal says the lease is no longer this run's.
+
+    `LeaseExpiredError` alone: still this run's, only expired (its ending can
+    still land); a database failure says nothing either way.
+    """
+    if isinstance(error, DatabaseUnavailable | DatabaseError):
+        return False
+    return not (isinstance(error, LeaseExpiredError) and not isinstance(error, LeaseConflictError))

@@ -11,7 +11,10 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from leasing.context import WorkContext
+from leasing.exceptions import DatabaseUnavailable, LeaseExpiredError
 from leasing.handlers import HandlerSpec
 from leasing.heartbeat import Heartbeat
 from leasing.services.held import Lease
@@ -285,7 +288,7 @@ def running_slot(table: SlotTable, item: str) -> tuple[Slot, BlockedExecutor]:
 
 
 def test_a_running_slot_fenced_out_is_abandoned_once_until_its_thread_lets_go(caplog):
-    from leasing.exceptions import LeaseExpiredError
+    from leasing.exceptions import LeaseLostError
     from leasing.worker.slots import AbandonedRuns
 
     table, calls, abandoned = SlotTable(), Calls(), AbandonedRuns()
@@ -295,7 +298,7 @@ def test_a_running_slot_fenced_out_is_abandoned_once_until_its_thread_lets_go(ca
     slot, executor = running_slot(table, "hung")
     with caplog.at_level("INFO", logger="leasing.worker"):
         for _ in range(3):  # the renewer reports a lost lease every round
-            watch.lease_lost(slot, LeaseExpiredError("force-released"))
+            watch.lease_lost(slot, LeaseLostError("it is now pending (force-released)"))
         assert slot.state is SlotState.ABANDONED
         assert calls.calls == [("retire", executor)]
         assert done == [slot] and counters.lost == 1
@@ -311,8 +314,15 @@ def test_a_running_slot_fenced_out_is_abandoned_once_until_its_thread_lets_go(ca
     assert abandoned.total == 1
 
 
-def test_a_lease_the_database_failed_to_renew_stays_running_and_is_logged_once(caplog):
-    from leasing.exceptions import DatabaseUnavailable
+@pytest.mark.parametrize(
+    "error",
+    [
+        DatabaseUnavailable("connection refused"),
+        # Still this run's, only expired: nobody took the item, so its ending can land.
+        LeaseExpiredError("the lease has expired"),
+    ],
+)
+def test_a_lease_not_known_to_have_moved_on_stays_running_and_is_logged_once(caplog, error):
     from leasing.worker.slots import AbandonedRuns
 
     table, calls, abandoned = SlotTable(), Calls(), AbandonedRuns()
@@ -322,7 +332,7 @@ def test_a_lease_the_database_failed_to_renew_stays_running_and_is_logged_once(c
     try:
         with caplog.at_level("WARNING", logger="leasing.worker"):
             for _ in range(3):
-                watch.lease_lost(slot, DatabaseUnavailable("connection refused"))
+                watch.lease_lost(slot, error)
         assert slot.state is SlotState.RUNNING  # its ending is still tried, fenced
         assert slot.context is None or slot.context.lease_lost
         assert len(abandoned) == 0 and done == [] and calls.calls == []
