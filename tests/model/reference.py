@@ -224,14 +224,18 @@ class Reference:
             return CANCELLED
         return self._return_to_pending(item, counted=False, ready=True)
 
-    def sweep(self, expired: list[str], left_pending: set[str]) -> None:
+    def sweep(self, expired: list[str], left_pending: set[str], superseded: set[str]) -> None:
         """The sweep's pass over these expired leases.
 
         Two expired items with one "pending"-scoped key cannot both return to
         pending; which one does is the database's choice (`left_pending`), the
-        others are superseded by it.
+        others are superseded by it. The pass decides every item against the key
+        holders it found (one statement), so the items it superseded (`superseded`)
+        come next: a holder failed later in the pass, by an expired dependency's
+        failure, still superseded them; the rest (failed for good) come last.
         """
-        for item_id in sorted(expired, key=lambda i: i not in left_pending):
+        order = sorted(expired, key=lambda i: (i not in left_pending, i not in superseded))
+        for item_id in order:
             item = self.items[item_id]
             if item.cancel_requested:
                 self._end(item, CANCELLED)

@@ -173,7 +173,13 @@ class LeasingMachine(ModelMachine):
         assert (stats.expired_found, stats.recovered + stats.failed) == (len(expired),) * 2
         after = db.rows()
         left_pending = {i for i in expired if after[i]["status"] == PENDING}
-        self.ref.sweep(expired, left_pending)
+        superseded = {
+            i
+            for i in expired
+            if after[i]["status"] == FAILED
+            and (after[i]["error_message"] or "").startswith("Superseded by")
+        }
+        self.ref.sweep(expired, left_pending, superseded)
         for item_id in expired:
             superseded_by = self.ref.items[item_id].superseded_by
             if superseded_by is not None:
