@@ -58,3 +58,16 @@ def test_a_bad_value_is_named_in_the_same_element_on_every_page(
 def test_one_number_format():
     rendered = Template("{% load leasing_console %}{{ a|number }} {{ b|number }} {{ c|number }}")
     assert rendered.render(Context({"a": 999894, "b": 8000, "c": None})) == "999,894 8,000 —"
+
+
+def test_the_dashboard_counts_in_the_one_number_format(operator_client):
+    from leasing import enqueue_many
+
+    enqueue_many(
+        [{"task_id": f"t{i}", "queue_name": "bulk", "work_type": "test.noop"} for i in range(1234)]
+    )
+    html = operator_client.get(reverse("admin:leasing_workitem_dashboard")).content.decode()
+    statuses = re.search(r'id="leasing-statuses".*?</section>', html, re.S)
+    queues = re.search(r'id="leasing-queues".*?</section>', html, re.S)
+    assert statuses and "1,234" in statuses.group(0) and "1234" not in statuses.group(0)
+    assert queues and ">1,234</a>" in queues.group(0)
