@@ -9,6 +9,7 @@ from ..sql.runner import database_now
 from ..states import WorkItemStatus
 from .backlog import Backlog, Throughput, active_pauses, backlog, pending_pairs, throughput
 from .census import FINISHED, RetryDistribution, StatusCounts, status_count
+from .fairness import FairQueue, fair_queue_table
 from .finished import finished_for, is_rolled
 from .leases import LeaseHealthSummary, lease_health
 from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
@@ -36,6 +37,8 @@ class Dashboard:
     replica: ReplicaLag | None = None
     # Rate limits' buckets (LEASING RATE_LIMITS, an enqueue's rate_limit).
     rate_limits: tuple[RateRow, ...] = ()
+    # Fair queues' keys with claimable items (LEASING FAIR_QUEUES); empty when none is set.
+    fair_queues: tuple[FairQueue, ...] = ()
     # A day or a week: the window's finished figures start on this hour, and
     # its run-time percentiles are read from histograms.
     rolled_from: datetime | None = None
@@ -114,4 +117,5 @@ def build_dashboard(
         replica=replica,
         rolled_from=window.start if is_rolled(window_minutes) else None,
         rate_limits=rate_table(using=using),
+        fair_queues=fair_queue_table(now=now, using=using),
     )
