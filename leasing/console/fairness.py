@@ -3,10 +3,12 @@ fairness keys have claimable items waiting, and the keys with the most."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from django.db.models import Count, Min
+from django.db.models import Count, Min, QuerySet
 from django.db.models.functions import Coalesce
 
 from ..conf import get_settings
@@ -31,17 +33,15 @@ class FairQueue:
     top: tuple[FairKey, ...]  # at most `TOP_KEYS`, the most pending first
 
 
-def fair_queue_table(*, now: datetime, using: str = "default") -> tuple[FairQueue, ...]:
-    """Every fair queue's keys with claimable items, at the database clock `now`.
+def claimable_by_key(
+    queues: Sequence[str], *, now: datetime, using: str = "default"
+) -> QuerySet[Any, Any]:
+    """Per (queue, fairness key) of `queues`: its claimable items and the oldest one's due time.
 
-    One grouped read of `work_items_fair_idx` (its condition and leading columns:
-    queue, key, then the due time), so it reads only the fair queues' claimable items.
+    Grouped over `work_items_fair_idx` (its condition; leading columns queue, key, then
+    the due time), so it reads only these queues' claimable items.
     """
-    settings = get_settings()
-    queues = settings.fair_queues
-    if not queues:
-        return ()
-    rows = (
+    return (
         WorkItem.objects.using(using)
         .filter(
             status=WorkItem.Status.PENDING,
@@ -55,6 +55,16 @@ def fair_queue_table(*, now: datetime, using: str = "default") -> tuple[FairQueu
         .annotate(pending=Count("*"), oldest=Min("available_at"))
         .order_by()
     )
+
+
+def fair_queue_table(*, now: datetime, using: str = "default") -> tuple[FairQueue, ...]:
+    """Every fair queue's keys with claimable items, at the database clock `now`: one
+    grouped read (`claimable_by_key`), none when no queue is fair."""
+    settings = get_settings()
+    queues = settings.fair_queues
+    if not queues:
+        return ()
+    rows = claimable_by_key(queues, now=now, using=using)
     by_queue: dict[str, list[FairKey]] = {q: [] for q in queues}
     for row in rows:
         key = str(row["fairness_key"])  # never NULL: filtered above

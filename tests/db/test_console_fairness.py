@@ -6,9 +6,12 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from leasing import enqueue_many
+from leasing.console.fairness import claimable_by_key
+from leasing.sql.runner import database_now
 
 pytestmark = pytest.mark.django_db
 
@@ -105,3 +108,15 @@ def test_a_key_s_link_lists_that_key_s_items_only(admin_client):
 def test_a_fairness_key_the_database_cannot_store_is_refused_not_a_500(admin_client):
     page = admin_client.get(LIST, {"fairness_key": "a\x00b"})
     assert page.status_code in (200, 302)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plans")
+def test_the_panel_reads_the_fair_index_not_the_table(leasing_settings):
+    backlog("a", 3000, queue="plain")
+    backlog("a", 20)
+    backlog("b", 5)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE work_items")
+    plan = claimable_by_key(["fair"], now=database_now("default")).explain()
+    assert "Seq Scan on work_items" not in plan, plan
+    assert "work_items_fair_idx" in plan, plan
