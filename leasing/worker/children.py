@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from .. import tracing
 from . import child
 from .slots import SlotState
 
@@ -134,7 +135,8 @@ class Child:
             self.start()
         conn = self.conn
         assert conn is not None
-        conn.send(("run", slot.spec.work_type, slot.spec.dotted_path, slot.lease))
+        received = tracing.received_ns(slot.claimed_at)  # the child's claim span ends there
+        conn.send(("run", slot.spec.work_type, slot.spec.dotted_path, slot.lease, received))
         self.items += 1
         asked_at: float | None = None  # when the child was told the item should stop
         while True:
