@@ -209,15 +209,37 @@ def received_ns(claimed_at: float) -> int:
     return time.time_ns() - int((time.monotonic() - claimed_at) * 1e9)
 
 
-def run_in_child[R](call: Callable[[], R], lease: Lease, received: int) -> R:
+def run_in_child[R](
+    call: Callable[[], R],
+    lease: Lease,
+    received: int,
+    started: Callable[[tuple[int, int, int]], None],
+) -> R:
     """`call()`, a handler's run in a process-mode child, under its run span when tracing is
-    on; the spans are flushed after it, since the worker may SIGKILL the child later."""
+    on; `started` is given the span's ids (trace, span, flags) for the worker, whose settle
+    span is its child. The spans are flushed after the run: the worker may SIGKILL the child."""
     if not enabled():
         return call()
     try:
-        return _traced_run(call, lease, received)
+        return _traced_run(call, lease, received, started)
     finally:
         _flush()
+
+
+def child_run_started(lease: Lease, ids: tuple[int, ...]) -> None:
+    """The worker's side of `run_in_child`: the child's run span, the parent of the run's
+    ending (its settle span, a failure's checkpoint) written in this process."""
+    if not enabled():
+        return
+    try:
+        api = _api_or_fail()
+        trace_id, span_id, flags = ids
+        span_context = api.trace.SpanContext(
+            trace_id, span_id, is_remote=True, trace_flags=api.trace.TraceFlags(flags)
+        )
+        _remember(lease.work_item_id, lease.token, span_context, lease.queue_name)
+    except Exception:  # its ending is then untraced; the run goes on
+        logger.exception("tracing the child run of %s failed", lease.work_item_id)
 
 
 def _flush() -> None:
@@ -241,11 +263,19 @@ def _ns(moment: datetime) -> int:
     return int(moment.timestamp() * 1e9)
 
 
-def _traced_run[R](call: Callable[[], R], lease: Lease, received: int) -> R:
+def _traced_run[R](
+    call: Callable[[], R],
+    lease: Lease,
+    received: int,
+    started: Callable[[tuple[int, int, int]], None] | None = None,
+) -> R:
     api = _api_or_fail()
     try:
         span = _start_run(api, lease, received)
         token = api.context.attach(api.trace.set_span_in_context(span))
+        if started is not None:
+            ids = span.get_span_context()
+            started((ids.trace_id, ids.span_id, int(ids.trace_flags)))
     except Exception:  # a bug of ours (or the SDK's) must not fail the work
         logger.exception("tracing the run of %s failed; it runs untraced", lease.work_item_id)
         return call()

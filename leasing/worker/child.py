@@ -11,7 +11,8 @@ the renewer turns into fenced extensions, as it does for a thread.
 Messages, parent to child: `("run", work_type, dotted_path, lease, received)`
 (received: the worker's receipt of the lease, wall-clock ns, where the claim span ends),
 `("cancel", key)` (the item was asked to stop), and None to exit. Child to
-parent: `("ready", pid)` once, then per run any number of `("beat",)` and
+parent: `("ready", pid)` once, then per run any number of `("beat",)`, when tracing
+is on `("span", trace_id, span_id, flags)` (its run span), and
 one `("done", output_json, rss)` or `("error", kind, exception, text, rss)`.
 
 SIGTERM raises `SystemExit` in the handler (so its `finally` blocks run)
@@ -173,7 +174,9 @@ def _run(
         func = registry.get(work_type).func if work_type in registry else import_string(dotted_path)
         # The run span is made here, around the handler, so the spans of its checkpoints
         # and run_once calls (made in this process) nest under it.
-        output = tracing.run_in_child(lambda: func(context), lease, received)
+        output = tracing.run_in_child(
+            lambda: func(context), lease, received, lambda ids: conn.send(("span", *ids))
+        )
         return ("done", validation.payload("handler output", output), resident_bytes())
     except Exception as exc:
         return ("error", classify(exc), *_portable(exc), resident_bytes())

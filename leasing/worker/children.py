@@ -146,9 +146,12 @@ class Child:
             except (EOFError, OSError):
                 return self._died()
             if message is not None:
-                if message[0] != "beat":
+                if message[0] == "span":
+                    tracing.child_run_started(slot.lease, message[1:])
+                elif message[0] != "beat":
                     return self._answer(message)
-                slot.heartbeat.beat()  # and look at the run, however often it beats
+                else:
+                    slot.heartbeat.beat()  # and look at the run, however often it beats
             if slot.state is SlotState.ABANDONED:  # timed out, or handed back at shutdown
                 self.stop(grace)
                 return ChildAnswer(stopped="its run was ended by the worker")

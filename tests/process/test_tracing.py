@@ -114,7 +114,8 @@ def test_a_process_mode_run_is_traced_in_its_child_under_the_enqueuers_trace(
     spawn, tmp_path, leasing_settings
 ):
     """The child makes the run span around the handler: its checkpoint and run_once spans
-    (made in the child) nest under it, and it continues the enqueue's trace."""
+    (made in the child) nest under it, it continues the enqueue's trace, and the worker's
+    settle span is its child."""
     from opentelemetry import trace
 
     from leasing import enqueue
@@ -163,3 +164,8 @@ def test_a_process_mode_run_is_traced_in_its_child_under_the_enqueuers_trace(
     assert run_once["parent_id"] == run["span_id"]
     claim = next(s for s in spans if s["name"] == "claim default")
     assert claim["parent_id"] == send["span_id"]
+    # The worker writes the ending, under the child's run span.
+    settle = next(s for s in spans if s["name"] == "settle default")
+    assert settle["pid"] == proc.pid
+    assert settle["parent_id"] == run["span_id"]
+    assert settle["attributes"]["leasing.ending"] == "completed"
