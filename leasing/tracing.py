@@ -19,7 +19,9 @@ The enqueuer's trace context (W3C traceparent and tracestate) is stored with
 the item (`WorkItem.trace_context`) in the enqueue's transaction, and the
 claim returns it with the lease (`Lease.trace_context`); the run's spans
 continue that trace (`TRACING = "link"`: a trace of their own) and link
-to it. Why this differs from River's otelriver: docs/how-to/tracing.md.
+to it. In process execution mode the child makes the claim and run spans
+around the handler (`run_in_child`), and sends the run span's ids to the worker, whose
+settle span is its child. Why this differs from River's otelriver: docs/how-to/tracing.md.
 
 Off (the default) or without opentelemetry installed, nothing here imports
 opentelemetry, and each hook costs one settings lookup. Nothing here fails
