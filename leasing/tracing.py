@@ -19,7 +19,9 @@ The enqueuer's trace context (W3C traceparent and tracestate) is stored with
 the item (`WorkItem.trace_context`) in the enqueue's transaction, and the
 claim returns it with the lease (`Lease.trace_context`); the run's spans
 continue that trace (`TRACING = "link"`: a trace of their own) and link
-to it. Why this differs from River's otelriver: docs/how-to/tracing.md.
+to it. In process execution mode the child makes the claim and run spans
+around the handler (`run_in_child`), and sends the run span's ids to the worker, whose
+settle span is its child. Why this differs from River's otelriver: docs/how-to/tracing.md.
 
 Off (the default) or without opentelemetry installed, nothing here imports
 opentelemetry, and each hook costs one settings lookup. Nothing here fails
@@ -49,6 +51,7 @@ from .conf import get_settings
 if TYPE_CHECKING:
     from .context import WorkContext
     from .models import WorkItem
+    from .services.held import Lease
     from .worker.slots import Slot
 
 logger = logging.getLogger("leasing.tracing")
@@ -200,7 +203,55 @@ def run[R](call: Callable[[Slot, WorkContext], R], slot: Slot, context: WorkCont
     """`call(slot, context)`, the handler's run, under a consumer span when tracing is on."""
     if not enabled():
         return call(slot, context)
-    return _traced_run(call, slot, context)
+    return _traced_run(lambda: call(slot, context), slot.lease, received_ns(slot.claimed_at))
+
+
+def received_ns(claimed_at: float) -> int:
+    """The wall-clock time (ns) of a slot's receipt, from its `time.monotonic()` claim time."""
+    return time.time_ns() - int((time.monotonic() - claimed_at) * 1e9)
+
+
+def run_in_child[R](
+    call: Callable[[], R],
+    lease: Lease,
+    received: int,
+    started: Callable[[tuple[int, int, int]], None],
+) -> R:
+    """`call()`, a handler's run in a process-mode child, under its run span when tracing is
+    on; `started` is given the span's ids (trace, span, flags) for the worker, whose settle
+    span is its child. The spans are flushed after the run: the worker may SIGKILL the child."""
+    if not enabled():
+        return call()
+    try:
+        return _traced_run(call, lease, received, started)
+    finally:
+        _flush()
+
+
+def child_run_started(lease: Lease, ids: tuple[int, ...]) -> None:
+    """The worker's side of `run_in_child`: the child's run span, the parent of the run's
+    ending (its settle span, a failure's checkpoint) written in this process."""
+    if not enabled():
+        return
+    try:
+        api = _api_or_fail()
+        trace_id, span_id, flags = ids
+        span_context = api.trace.SpanContext(
+            trace_id, span_id, is_remote=True, trace_flags=api.trace.TraceFlags(flags)
+        )
+        _remember(lease.work_item_id, lease.token, span_context, lease.queue_name)
+    except Exception:  # its ending is then untraced; the run goes on
+        logger.exception("tracing the child run of %s failed", lease.work_item_id)
+
+
+def _flush() -> None:
+    api = _api_or_fail()
+    flush = getattr(api.trace.get_tracer_provider(), "force_flush", None)
+    if callable(flush):
+        try:
+            flush()
+        except Exception:  # an exporter's failure is not the run's
+            logger.warning("flushing the run's spans failed", exc_info=True)
 
 
 def _stored_context(stored: Any) -> dict[str, str] | None:
@@ -214,16 +265,24 @@ def _ns(moment: datetime) -> int:
     return int(moment.timestamp() * 1e9)
 
 
-def _traced_run[R](call: Callable[[Slot, WorkContext], R], slot: Slot, context: WorkContext) -> R:
+def _traced_run[R](
+    call: Callable[[], R],
+    lease: Lease,
+    received: int,
+    started: Callable[[tuple[int, int, int]], None] | None = None,
+) -> R:
     api = _api_or_fail()
     try:
-        span = _start_run(api, slot)
+        span = _start_run(api, lease, received)
         token = api.context.attach(api.trace.set_span_in_context(span))
+        if started is not None:
+            ids = span.get_span_context()
+            started((ids.trace_id, ids.span_id, int(ids.trace_flags)))
     except Exception:  # a bug of ours (or the SDK's) must not fail the work
-        logger.exception("tracing the run of %s failed; it runs untraced", slot.lease.work_item_id)
-        return call(slot, context)
+        logger.exception("tracing the run of %s failed; it runs untraced", lease.work_item_id)
+        return call()
     try:
-        return call(slot, context)
+        return call()
     except BaseException as exc:
         span.record_exception(exc)
         span.set_status(
@@ -235,10 +294,9 @@ def _traced_run[R](call: Callable[[Slot, WorkContext], R], slot: Slot, context: 
         span.end()
 
 
-def _start_run(api: _Api, slot: Slot) -> Any:
-    """The claim span (ended) and the run span (started) of a slot's run."""
+def _start_run(api: _Api, lease: Lease, received: int) -> Any:
+    """The claim span (ended) and the run span (started) of a lease's run."""
     trace = api.trace
-    lease = slot.lease
     carrier = _stored_context(lease.trace_context)
     enqueuer = api.propagate.extract(carrier) if carrier else api.context.Context()
     enqueued = trace.get_current_span(enqueuer).get_span_context()
@@ -250,7 +308,6 @@ def _start_run(api: _Api, slot: Slot) -> Any:
 
     # The claim: from the database's claim time to the dispatcher's receipt of the lease
     # (clocks apart by a little are clamped: the span never ends before it starts).
-    received = time.time_ns() - int((time.monotonic() - slot.claimed_at) * 1e9)
     claim = api.tracer.start_span(
         _name("claim", lease.queue_name),
         context=parent,

@@ -8,9 +8,11 @@ by that token exactly as in a thread. The worker keeps the lease alive
 (its renewer); the child forwards the handler's proof-of-work beats, which
 the renewer turns into fenced extensions, as it does for a thread.
 
-Messages, parent to child: `("run", work_type, dotted_path, lease)`,
+Messages, parent to child: `("run", work_type, dotted_path, lease, received)`
+(received: the worker's receipt of the lease, wall-clock ns, where the claim span ends),
 `("cancel", key)` (the item was asked to stop), and None to exit. Child to
-parent: `("ready", pid)` once, then per run any number of `("beat",)` and
+parent: `("ready", pid)` once, then per run any number of `("beat",)`, when tracing
+is on `("span", trace_id, span_id, flags)` (its run span), and
 one `("done", output_json, rss)` or `("error", kind, exception, text, rss)`.
 
 SIGTERM raises `SystemExit` in the handler (so its `finally` blocks run)
@@ -113,8 +115,8 @@ def main(conn: Connection, database: dict[str, Any], using: str, parent_pid: int
     conn.send(("ready", os.getpid()))
     try:
         while (job := jobs.get()) is not None:
-            _, work_type, dotted_path, lease = job
-            conn.send(_run(conn, runs, work_type, dotted_path, lease, using))
+            _, work_type, dotted_path, lease, received = job
+            conn.send(_run(conn, runs, work_type, dotted_path, lease, received, using))
     except SystemExit:
         if _TERMINATING.is_set():
             # Stopped by the worker: the handler's `finally` blocks have run; skip the
@@ -141,11 +143,17 @@ def _read(conn: Connection, jobs: queue.SimpleQueue[tuple[Any, ...] | None], run
 
 
 def _run(
-    conn: Connection, runs: _Runs, work_type: str, dotted_path: str, lease: Any, using: str
+    conn: Connection,
+    runs: _Runs,
+    work_type: str,
+    dotted_path: str,
+    lease: Any,
+    received: int,
+    using: str,
 ) -> tuple[Any, ...]:
     from django.utils.module_loading import import_string
 
-    from .. import validation
+    from .. import tracing, validation
     from ..context import WorkContext
     from ..handlers import registry
     from ..heartbeat import Heartbeat
@@ -164,7 +172,11 @@ def _run(
         runs.key, runs.context = lease.key, context
     try:
         func = registry.get(work_type).func if work_type in registry else import_string(dotted_path)
-        output = func(context)
+        # The run span is made here, around the handler, so the spans of its checkpoints
+        # and run_once calls (made in this process) nest under it.
+        output = tracing.run_in_child(
+            lambda: func(context), lease, received, lambda ids: conn.send(("span", *ids))
+        )
         return ("done", validation.payload("handler output", output), resident_bytes())
     except Exception as exc:
         return ("error", classify(exc), *_portable(exc), resident_bytes())

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from .. import tracing
 from . import child
 from .slots import SlotState
 
@@ -134,7 +135,8 @@ class Child:
             self.start()
         conn = self.conn
         assert conn is not None
-        conn.send(("run", slot.spec.work_type, slot.spec.dotted_path, slot.lease))
+        received = tracing.received_ns(slot.claimed_at)  # the child's claim span ends there
+        conn.send(("run", slot.spec.work_type, slot.spec.dotted_path, slot.lease, received))
         self.items += 1
         asked_at: float | None = None  # when the child was told the item should stop
         while True:
@@ -144,9 +146,12 @@ class Child:
             except (EOFError, OSError):
                 return self._died()
             if message is not None:
-                if message[0] != "beat":
+                if message[0] == "span":
+                    tracing.child_run_started(slot.lease, message[1:])
+                elif message[0] != "beat":
                     return self._answer(message)
-                slot.heartbeat.beat()  # and look at the run, however often it beats
+                else:
+                    slot.heartbeat.beat()  # and look at the run, however often it beats
             if slot.state is SlotState.ABANDONED:  # timed out, or handed back at shutdown
                 self.stop(grace)
                 return ChildAnswer(stopped="its run was ended by the worker")

@@ -258,7 +258,7 @@ def test_the_item_page_shows_the_trace_id_linked_by_trace_url(
 def test_a_failure_to_trace_a_run_does_not_fail_the_run(tracing_on, spans, monkeypatch, caplog):
     from leasing import tracing
 
-    def broken(api, slot):
+    def broken(api, lease, received):
         raise RuntimeError("an exporter's bug")
 
     monkeypatch.setattr(tracing, "_start_run", broken)

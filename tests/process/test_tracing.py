@@ -108,3 +108,64 @@ def test_a_cancelled_run_ends_cancelled_in_its_trace(spawn, tmp_path, leasing_se
     assert settle["parent_id"] == run["span_id"]
     assert settle["attributes"]["leasing.ending"] == "cancelled"
     assert settle["events"] == ["leasing.cancelled"]
+
+
+def test_a_process_mode_run_is_traced_in_its_child_under_the_enqueuers_trace(
+    spawn, tmp_path, leasing_settings
+):
+    """The child makes the run span around the handler: its checkpoint and run_once spans
+    (made in the child) nest under it, it continues the enqueue's trace, and the worker's
+    settle span is its child."""
+    from opentelemetry import trace
+
+    from leasing import enqueue
+    from tests.support.helpers import recorded, row, wait_for
+
+    leasing_settings(TRACING=True)
+    exporter = memory_exporter()
+    exporter.clear()
+    with trace.get_tracer("tests").start_as_current_span("request") as request:
+        item = enqueue("p", "test.process_work", {"n": 1})
+    send = next(
+        span_record(s) for s in exporter.get_finished_spans() if s.name == "enqueue default"
+    )
+
+    record, trace_file = tmp_path / "runs.txt", tmp_path / "spans.jsonl"
+    proc = spawn(
+        "manage.py",
+        "runworker",
+        env={
+            "LEASING_TEST_RECORD": str(record),
+            "LEASING_TEST_PROCESS_HANDLERS": "1",
+            TRACE_FILE_ENV: str(trace_file),
+            **leasing_env(HEARTBEAT_INTERVAL=0.3, LEASE_DURATION=30),
+        },
+    )
+    try:
+        wait_for(lambda: row(item.pk)["status"] == "completed", timeout=60)
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    child_pid = int(recorded(record, "start")[0][3].removeprefix("pid="))
+    assert child_pid != proc.pid
+
+    spans = read_trace_file(str(trace_file))
+    trace_id = f"{request.get_span_context().trace_id:032x}"
+    assert {s["trace_id"] for s in spans} == {trace_id}
+    run = next(s for s in spans if s["name"] == "run default")
+    assert run["pid"] == child_pid
+    assert run["parent_id"] == send["span_id"]
+    assert run["attributes"]["messaging.message.id"] == item.pk
+    checkpoint = next(s for s in spans if s["name"] == "checkpoint")
+    run_once = next(s for s in spans if s["name"] == "run_once")
+    assert checkpoint["pid"] == run_once["pid"] == child_pid
+    assert checkpoint["parent_id"] == run["span_id"]
+    assert run_once["parent_id"] == run["span_id"]
+    claim = next(s for s in spans if s["name"] == "claim default")
+    assert claim["parent_id"] == send["span_id"]
+    # The worker writes the ending, under the child's run span.
+    settle = next(s for s in spans if s["name"] == "settle default")
+    assert settle["pid"] == proc.pid
+    assert settle["parent_id"] == run["span_id"]
+    assert settle["attributes"]["leasing.ending"] == "completed"

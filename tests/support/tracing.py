@@ -62,7 +62,9 @@ def install_file_exporter(path: str) -> None:
 
     class FileExporter(SpanExporter):
         def export(self, spans: Sequence[Any]) -> SpanExportResult:
-            lines = "".join(json.dumps(span_record(span)) + "\n" for span in spans)
+            # With the process that ended each span (a worker or its process-mode child).
+            pid = os.getpid()
+            lines = "".join(json.dumps({**span_record(span), "pid": pid}) + "\n" for span in spans)
             with _lock, open(path, "a") as out:
                 out.write(lines)
             return SpanExportResult.SUCCESS
