@@ -155,7 +155,9 @@ class Child:
             if slot.state is SlotState.ABANDONED:  # timed out, or handed back at shutdown
                 self.stop(grace)
                 return ChildAnswer(stopped="its run was ended by the worker")
-            if context.lease_lost:
+            if context.lease_lost and slot.fenced_out:
+                # Only a lease that moved on: one that merely expired is still the run's,
+                # and its deadline (the worker's timeout) ends it as the policy says.
                 self.stop(grace)
                 return ChildAnswer(stopped=f"its lease was lost ({context.lease_lost_reason})")
             if context.cancelled:

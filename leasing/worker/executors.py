@@ -316,7 +316,7 @@ class ExecutorPool:
             slot.lease.token,
             why,
         )
-        if context.lease_lost:
+        if context.lease_lost and slot.fenced_out:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
                 self.recorder.counters.add(lost=1)
                 self.on_done(slot)

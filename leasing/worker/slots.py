@@ -50,6 +50,7 @@ class Slot:
         "context",
         "deadline_at",
         "executor",
+        "fenced_out",
         "heartbeat",
         "kept",
         "key",
@@ -82,6 +83,9 @@ class Slot:
         self.cancel_requested = False
         # The loss of its lease was logged (a loss is reported every renewal round).
         self.lost_logged = False
+        # Its lease moved on (force-released, recovered, held by another run): the run
+        # can never write again. A lease that only expired is still the run's.
+        self.fenced_out = False
         self.state = SlotState.QUEUED
         self.executor: Executor | None = None
         self.started_at: float | None = None

@@ -82,6 +82,7 @@ class Watch:
         if slot.state is SlotState.FINISHED:
             return  # its outcome is being written; the fence decides
         reason = one_line(error)
+        slot.fenced_out = moved_on(error)
         slot.lose(reason)
         if self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
             # Never started: nothing to finish; the item belongs to the sweep now.
@@ -89,7 +90,7 @@ class Watch:
             self.counters.add(lost=1)
             self.on_done(slot)
             return
-        if not moved_on(error):
+        if not slot.fenced_out:
             if not slot.lost_logged:
                 self._log_lost(slot, reason)
             return
