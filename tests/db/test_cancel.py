@@ -98,6 +98,20 @@ def test_an_expired_lease_of_an_item_asked_to_stop_is_cancelled_not_retried():
     assert boundary.snapshot_data["reason"] == "cancelled"
 
 
+def test_dependents_of_an_item_the_sweep_ends_cancelled_follow_their_policy():
+    """Found by the model test on SQLite: the sweep's cancelled ending skipped dependents."""
+    item = enqueue("a", "noop")
+    LeaseManager("w").acquire_lease()
+    cancel(item.pk, actor="ops", reason="stop")
+    fails = enqueue("b", "noop", depends_on=[item.pk], on_dependency_failure="fail")
+    waits = enqueue("c", "noop", depends_on=[item.pk], on_dependency_failure="wait")
+    expire(item.pk)
+    sweep().scan_and_recover()
+    assert row(item.pk)["status"] == "cancelled"
+    assert row(fails.pk)["status"] == "failed"
+    assert row(waits.pk)["status"] == "pending" and waiting_on(waits.pk).blocked
+
+
 def test_a_cancelled_item_can_be_retried_and_runs_afresh():
     item = enqueue("a", "noop")
     manager = LeaseManager("w")

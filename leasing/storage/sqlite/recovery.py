@@ -51,14 +51,16 @@ def recover(
             for checkpoint_id, (c, r) in zip(ids, recovered, strict=True)
         ]
         created = len(run(d.using, sql.append_error_boundaries(d, rows, metadata_json)))
-    failed = WorkItemStatus.FAILED
     return Recovered(
         found=len(candidates),
         requeued=sum(1 for _, r in recovered if r["status"] == WorkItemStatus.PENDING),
         failed=sum(1 for _, r in recovered if r["status"] != WorkItemStatus.PENDING),
         checkpoints=created,
+        # Ended (failed, or cancelled as asked): their dependents follow, as on PostgreSQL.
         failed_with_dependents=tuple(
-            r["work_item_id"] for _, r in recovered if r["has_dependents"] and r["status"] == failed
+            r["work_item_id"]
+            for _, r in recovered
+            if r["has_dependents"] and r["status"] != WorkItemStatus.PENDING
         ),
         items=tuple(
             [c["work_item_id"], c["lease_holder"], c["lease_token"], r["status"], c["timed_out"]]
