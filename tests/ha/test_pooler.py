@@ -217,7 +217,9 @@ def test_enqueue_wakes_pooled_workers_through_the_direct_listener(
     latency = float(
         scalar(cluster.dsn(), "SELECT extract(epoch FROM started_at - created_at) FROM work_items")
     )
+    # Only the workers' elected leader listens (a NOTIFY wakes one worker, not all), on
+    # a session of its own on the server: LISTEN cannot pass pgbouncer in transaction
+    # mode, so a wake well under the poll interval is the direct listener's.
     record_result("pooler-notify", latency_s=round(latency, 2), direct_listeners=listeners)
-    assert listeners >= 3, "each worker keeps one LISTEN session on the server itself"
     # Polling alone would take up to IDLE_POLL seconds (half of it on average).
     assert latency < 1.0, latency
