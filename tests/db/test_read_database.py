@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from django.db import connections
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from leasing.console.replica import replica_lag
@@ -37,11 +36,9 @@ from tests.support.admin import (
     register_holders,
     timeline_url,
 )
+from tests.support.queries import Seen
 
 REPLICA = "replica"
-LEASING_TABLES = {"work_items", "checkpoints", "idempotency_keys", "workers"}
-TABLE = re.compile(r'\b(?:FROM|JOIN|UPDATE|INTO)\s+"?([a-z_]+)"?', re.IGNORECASE)
-WRITE = re.compile(r'^\s*(?:UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+"?([a-z_]+)"?', re.IGNORECASE)
 
 both_databases = pytest.mark.django_db(transaction=True, databases=["default", REPLICA])
 
@@ -68,31 +65,6 @@ def replica_alias(django_db_setup: None, django_db_blocker: Any) -> Iterator[Non
 @pytest.fixture
 def read_from_replica(leasing_settings: Callable[..., None]) -> None:
     leasing_settings(READ_DATABASE=REPLICA)
-
-
-class Seen:
-    """The leasing tables each alias read and wrote during one block."""
-
-    def __init__(self) -> None:
-        self.captures = {alias: CaptureQueriesContext(connections[alias]) for alias in connections}
-
-    def __enter__(self) -> Seen:
-        for capture in self.captures.values():
-            capture.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for capture in self.captures.values():
-            capture.__exit__(*exc)
-
-    def _sql(self, alias: str) -> list[str]:
-        return [q["sql"] for q in self.captures[alias].captured_queries]
-
-    def read(self, alias: str) -> set[str]:
-        return {t for sql in self._sql(alias) for t in TABLE.findall(sql)} & LEASING_TABLES
-
-    def written(self, alias: str) -> set[str]:
-        return {t for sql in self._sql(alias) for t in WRITE.findall(sql)} & LEASING_TABLES
 
 
 def client_with(*perms: str, name: str = "operator") -> Client:
