@@ -8,7 +8,8 @@ a JSON number, boolean or null also matches that (`amount=12` finds 12 and
 "12").
 
 On PostgreSQL the test is containment (`input_data @> '{"customer": "acme"}'`),
-served by the GIN `jsonb_path_ops` indexes of migration 0015; on SQLite a
+served by the GIN `jsonb_path_ops` indexes of migrations 0017 and 0018 (the
+output's holds only items with an output); on SQLite a
 JSON_EXTRACT per row (a scan: SQLite is for small sites and tests).
 
 Only users with `leasing.view_payload` may search: for anyone else the filter

@@ -143,3 +143,19 @@ def test_the_payload_search_uses_the_gin_index_on_postgresql(items):
         query = apply(WorkItem.objects.all(), [PayloadFilter("input_data", ("customer",), "x")])
         plan = query.explain()
     assert "work_items_input_path_idx" in plan, plan
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the GIN index is PostgreSQL's")
+def test_the_output_search_uses_the_partial_index_of_items_with_an_output(items):
+    from leasing.admin.payload_search import PayloadFilter, apply
+    from leasing.models import WorkItem
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_indexdef('work_items_output_path_idx'::regclass)")
+        [definition] = cursor.fetchone()
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        query = apply(WorkItem.objects.all(), [PayloadFilter("output_data", ("receipt",), "x")])
+        plan = query.explain()
+    # Items without an output (every pending and running one) are not in it.
+    assert definition.endswith("WHERE (output_data IS NOT NULL)"), definition
+    assert "work_items_output_path_idx" in plan, plan
