@@ -1,8 +1,8 @@
 """Fair claims with real worker processes, on both databases (on SQLite, two workers sharing
 one file): a tenant's few items are not held back by another tenant's backlog.
 
-Tenant A has 3,000 items waiting in a fair queue; two `runworker --queue fair`
-processes start on it, and then tenant B enqueues 20 items. Every one of B's
+Tenant A has 3,000 items waiting in a fair queue; two `runworker` processes
+start on it, and then tenant B enqueues 20 items. Every one of B's
 items starts while A's backlog is still far from drained, and within a second
 of its enqueue (the bench scenario `fairness` measures the p99 behind
 200,000). A second run without FAIR_QUEUES shows the difference: B's items
