@@ -10,8 +10,9 @@ neither is allowed, eight processes on this host with the hosts in their
 worker ids. The test says which it ran.
 
 Two rate keys, `hot` and `cold`, each hold a backlog far larger than 50 a
-second can drain, under `key:*` = 50 a second with a burst of 75. Over a 10 s window from one second after each key's first admission
-(that second holds the bucket's initial burst):
+second can drain, under `key:*` = 50 a second with a burst of 75. Over a 10 s
+window from one second after each key's first admission (that second holds
+the bucket's initial burst):
 
 * each key's admitted rate is within 5% of 50 a second (the 60 s figure is
   the bench scenario's, `bench/rate_limits.py`);
