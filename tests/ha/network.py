@@ -14,6 +14,10 @@ Cutting a host sets the root-namespace end of its veth pair down: the host's
 packets are dropped without an answer, as on a real partition (no reset, no
 "unreachable"), so its open connections hang until their TCP timeouts fire.
 
+A `Site` names the bridge, namespaces and veth ends and picks the /24: the HA
+suite's is `HA_SITE` (above); another suite (the rate-limit process test) takes
+its own, so the two can run on one machine without removing each other's.
+
 Delay uses `tc qdisc ... netem` when the kernel has it. Kernels built without
 sch_netem (some VM kernels) get a relay instead: `delayproxy.py` listens on the
 bridge and forwards to the database, holding every chunk for the delay in each
@@ -23,6 +27,8 @@ direction; the slowed host connects through it (`db_address()` says where).
 from __future__ import annotations
 
 import contextlib
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -31,10 +37,39 @@ from pathlib import Path
 
 from .clusters import free_port, run
 
-BRIDGE = "lhabr0"
-GATEWAY = "198.18.0.1"
 PREFIX_LEN = 24
-NS_PREFIX = "lha-"
+
+
+@dataclass(frozen=True)
+class Site:
+    """One test network's names and addresses: `<tag>br0`, `<tag>-NAME`, 198.18.<subnet>.0/24."""
+
+    tag: str  # at most 6 characters: interface names are at most 15
+    subnet: int
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.tag}br0"
+
+    @property
+    def ns_prefix(self) -> str:
+        return f"{self.tag}-"
+
+    @property
+    def gateway(self) -> str:
+        return self.address(1)
+
+    def address(self, last: int) -> str:
+        return f"198.18.{self.subnet}.{last}"
+
+    def veth(self, index: int, end: str) -> str:
+        return f"{self.tag}v{index}{end}"
+
+
+HA_SITE = Site("lha", 0)
+BRIDGE = HA_SITE.bridge
+GATEWAY = HA_SITE.gateway
+NS_PREFIX = HA_SITE.ns_prefix
 
 
 @dataclass
@@ -67,19 +102,21 @@ def netem_available() -> bool:
 class TestNetwork:
     __test__ = False  # not a pytest test class
 
-    def __init__(self) -> None:
+    def __init__(self, site: Site = HA_SITE) -> None:
+        self.site = site
         self.hosts: dict[str, Host] = {}
         self._relays: dict[str, tuple[subprocess.Popen[bytes], int, int]] = {}
         self._netem: bool | None = None
 
     def __enter__(self) -> TestNetwork:
-        cleanup_network()
+        cleanup_network(self.site)
+        bridge = self.site.bridge
         try:
-            run("ip", "link", "add", BRIDGE, "type", "bridge")
-            run("ip", "addr", "add", f"{GATEWAY}/{PREFIX_LEN}", "dev", BRIDGE)
-            run("ip", "link", "set", BRIDGE, "up")
+            run("ip", "link", "add", bridge, "type", "bridge")
+            run("ip", "addr", "add", f"{self.site.gateway}/{PREFIX_LEN}", "dev", bridge)
+            run("ip", "link", "set", bridge, "up")
         except BaseException:
-            cleanup_network()
+            cleanup_network(self.site)
             raise
         return self
 
@@ -91,22 +128,22 @@ class TestNetwork:
             proc.kill()
             proc.wait(timeout=10)
         self._relays.clear()
-        cleanup_network()
+        cleanup_network(self.site)
         self.hosts.clear()
 
     def add_host(self, name: str) -> Host:
         index = len(self.hosts) + 1
         host = Host(
-            name=NS_PREFIX + name,
+            name=self.site.ns_prefix + name,
             index=index,
-            address=f"198.18.0.{10 + index}",
-            veth_root=f"lhav{index}r",
+            address=self.site.address(10 + index),
+            veth_root=self.site.veth(index, "r"),
         )
-        inner = f"lhav{index}n"
+        inner = self.site.veth(index, "n")
         run("ip", "netns", "add", host.name)
         run("ip", "link", "add", host.veth_root, "type", "veth", "peer", "name", inner)
         run("ip", "link", "set", inner, "netns", host.name)
-        run("ip", "link", "set", host.veth_root, "master", BRIDGE)
+        run("ip", "link", "set", host.veth_root, "master", self.site.bridge)
         run("ip", "link", "set", host.veth_root, "up")
         ns = ["ip", "netns", "exec", host.name]
         run(*ns, "ip", "link", "set", "lo", "up")
@@ -123,7 +160,7 @@ class TestNetwork:
         deadline = time.monotonic() + timeout
         while state.read_text().strip() != "3":
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{host.veth_root} is not forwarding on {BRIDGE}")
+                raise RuntimeError(f"{host.veth_root} is not forwarding on {self.site.bridge}")
             time.sleep(0.05)
 
     # --- faults -----------------------------------------------------------------------------
@@ -165,18 +202,40 @@ class TestNetwork:
                 ),
             ):
                 run(*cmd)
-            return GATEWAY, db_port
+            return self.site.gateway, db_port
+        return self.relay(host.name, db_port, delay_ms=one_way_ms)
+
+    def relay(self, key: str, db_port: int, *, delay_ms: int = 0) -> tuple[str, int]:
+        """A relay on the bridge to the database at 127.0.0.1:`db_port`, held `delay_ms` each
+        way: the (address, port) to connect to. With no delay it is how the hosts reach a
+        server that listens on 127.0.0.1 only (and connects from there, as its pg_hba needs).
+        """
         port = free_port()
+        if delay_ms == 0 and shutil.which("socat"):
+            # A process per connection, in C: the Python relay, one event loop for every
+            # connection, adds latency a loaded host turns into late claims.
+            proc = subprocess.Popen(
+                [
+                    "socat",
+                    f"TCP-LISTEN:{port},bind={self.site.gateway},fork,reuseaddr",
+                    f"TCP:127.0.0.1:{db_port}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self._relays[key] = (proc, port, db_port)
+            wait_listening(self.site.gateway, port)
+            return self.site.gateway, port
         proc = subprocess.Popen(
             [
                 sys.executable,
                 str(Path(__file__).with_name("delayproxy.py")),
                 "--listen",
-                f"{GATEWAY}:{port}",
+                f"{self.site.gateway}:{port}",
                 "--target",
                 f"127.0.0.1:{db_port}",
                 "--delay-ms",
-                str(one_way_ms),
+                str(delay_ms),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -186,8 +245,8 @@ class TestNetwork:
         if b"listening" not in ready:
             proc.kill()
             raise RuntimeError(f"delay relay did not start: {ready!r}")
-        self._relays[host.name] = (proc, port, db_port)
-        return GATEWAY, port
+        self._relays[key] = (proc, port, db_port)
+        return self.site.gateway, port
 
     def measure_rtt(self, host: Host, address: str, port: int, dbname: str) -> float:
         """Median seconds of a `SELECT 1` round trip from inside the host."""
@@ -205,12 +264,24 @@ class TestNetwork:
         return float(out.strip())
 
 
-def cleanup_network() -> None:
-    """Remove the bridge, every `lha-*` namespace and their veth pairs."""
+def wait_listening(address: str, port: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((address, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def cleanup_network(site: Site = HA_SITE) -> None:
+    """Remove the site's bridge, every one of its namespaces and their veth pairs."""
     out = run("ip", "netns", "list", check=False).stdout
     for line in out.splitlines():
         name = line.split()[0] if line.split() else ""
-        if name.startswith(NS_PREFIX):
+        if name.startswith(site.ns_prefix):
             # Processes still inside would keep the namespace alive: the test
             # harness kills its own processes first; this only removes the name.
             run("ip", "netns", "del", name, check=False)
@@ -218,5 +289,5 @@ def cleanup_network() -> None:
     for line in links.splitlines():
         with contextlib.suppress(IndexError):
             link = line.split(":")[1].strip().split("@")[0]
-            if (link.startswith("lhav") and link.endswith("r")) or link == BRIDGE:
+            if (link.startswith(f"{site.tag}v") and link.endswith("r")) or link == site.bridge:
                 run("ip", "link", "del", link, check=False)

@@ -1,12 +1,18 @@
 """A rate limit holds across eight real worker processes on two simulated hosts (PostgreSQL).
 
-Eight `runworker` processes (four handler threads each) run in two UTS
-namespaces, four with the hostname `rate-host-a` and four with `rate-host-b`
-(`unshare --uts`; where it is not allowed, eight processes on this host, and
-the test says so). Two rate keys, `hot` and `cold`, each hold a backlog far
-larger than 50 a second can drain, under `key:*` = 50 a second with a burst
-of 75. Over a 10 s window from one second after each key's first admission
-(that second holds the bucket's initial burst):
+Eight `runworker` processes (four handler threads each) run on two simulated
+hosts, four with the hostname `rate-host-a` and four with `rate-host-b`. As
+root with a local server, each host is a network namespace on a test bridge
+(tests/ha/network.py) whose workers reach PostgreSQL over their veth, through a
+relay on the bridge (socat; the server listens on 127.0.0.1 only); otherwise
+each host is a UTS namespace (`unshare --uts`) on this host's network; where
+neither is allowed, eight processes on this host with the hosts in their
+worker ids. The test says which it ran.
+
+Two rate keys, `hot` and `cold`, each hold a backlog far larger than 50 a
+second can drain, under `key:*` = 50 a second with a burst of 75. Over a 10 s
+window from one second after each key's first admission (that second holds
+the bucket's initial burst):
 
 * each key's admitted rate is within 5% of 50 a second (the 60 s figure is
   the bench scenario's, `bench/rate_limits.py`);
@@ -17,16 +23,21 @@ of 75. Over a 10 s window from one second after each key's first admission
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from itertools import pairwise
+from urllib.parse import urlsplit
 
 import pytest
 
 from leasing import enqueue_many
 from leasing.models import Worker, WorkItem
+from tests.ha.network import Host, Site, TestNetwork
 from tests.support.helpers import ROOT
 from tests.support.workers import leasing_env, stop_workers
 
@@ -40,6 +51,7 @@ WINDOW = 10.0
 WARM_UP = 1.0  # the window starts after the first second, which holds the initial burst
 BACKLOG = 1200  # per key: more than the window can admit
 HOSTS = ("rate-host-a", "rate-host-b")
+LOCAL = ("127.0.0.1", "localhost")
 
 
 def namespaces_allowed() -> bool:
@@ -51,7 +63,48 @@ def namespaces_allowed() -> bool:
     return probe.returncode == 0
 
 
-def start_on_hosts(count: int, env: dict[str, str], log, *, hosts: bool) -> list[subprocess.Popen]:
+def free_subnet() -> int:
+    """A 198.18.X.0/24 no interface here uses (the HA suite's is 198.18.0.0/24)."""
+    used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    for subnet in range(100, 200):
+        if f" 198.18.{subnet}." not in used:
+            return subnet
+    raise RuntimeError("no free 198.18.X.0/24")
+
+
+@contextlib.contextmanager
+def network_hosts(database_url: str) -> Iterator[tuple[list[Host], str] | None]:
+    """Two network namespaces on a bridge of their own and the DATABASE_URL that reaches the
+    server from inside them; None where that cannot be built (not root, no `ip` or `socat`,
+    a server that is not on this host). The relay is socat's: tests/ha's Python relay, one
+    event loop for eight workers' connections, made claims late enough to miss the rate."""
+    url = urlsplit(database_url)
+    tools = all(shutil.which(tool) for tool in ("ip", "socat"))
+    if os.geteuid() != 0 or not tools or url.hostname not in LOCAL:
+        yield None
+        return
+    # Its own names (by pid) and /24, so an HA run or another run of this test on the
+    # machine keeps its network.
+    net = TestNetwork(Site(f"lr{os.getpid() % 10000}", free_subnet()))
+    try:
+        net.__enter__()
+        hosts = [net.add_host(name.removeprefix("rate-host-")) for name in HOSTS]
+        address, port = net.relay("db", url.port or 5432)
+    except (RuntimeError, OSError):
+        net.close()
+        yield None
+        return
+    try:
+        auth = url.netloc.rpartition("@")[0]
+        netloc = f"{auth}@{address}:{port}" if auth else f"{address}:{port}"
+        yield hosts, url._replace(netloc=netloc).geturl()
+    finally:
+        net.close()
+
+
+def start_on_hosts(
+    count: int, env: dict[str, str], log, *, hosts: bool, network: list[Host] | None = None
+) -> list[subprocess.Popen]:
     command = [sys.executable, "manage.py", "runworker", "--concurrency", "4"]
     procs = []
     for index in range(count):
@@ -59,6 +112,8 @@ def start_on_hosts(count: int, env: dict[str, str], log, *, hosts: bool) -> list
         if hosts:
             # A shell in its own UTS namespace names the host, then becomes the worker.
             argv = ["unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$@"', "sh", *command]
+            if network is not None:
+                argv = network[index % len(HOSTS)].command(*argv)
         else:
             argv = [*command, "--worker-id", f"{host}:{index}"]
         procs.append(
@@ -98,8 +153,15 @@ def test_eight_workers_on_two_hosts_admit_fifty_a_second_per_key(subprocess_env,
         "LEASING_LOG_LEVEL": "WARNING",
         **leasing_env(RATE_LIMITS={"key:*": limit}),
     }
-    with open(tmp_path / "workers.log", "wb") as log:
-        workers = start_on_hosts(8, env, log, hosts=hosts)
+    with (
+        network_hosts(subprocess_env["DATABASE_URL"]) as network,
+        open(tmp_path / "workers.log", "wb") as log,
+    ):
+        if network is not None:
+            env["DATABASE_URL"] = network[1]
+        workers = start_on_hosts(
+            8, env, log, hosts=hosts, network=None if network is None else network[0]
+        )
         try:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
@@ -109,6 +171,13 @@ def test_eight_workers_on_two_hosts_admit_fifty_a_second_per_key(subprocess_env,
                 time.sleep(0.5)
         finally:
             stop_workers(workers)
+    how = (
+        "network namespaces over veth"
+        if network is not None and hosts
+        else "UTS namespaces"
+        if hosts
+        else "worker ids only"
+    )
     log_text = (tmp_path / "workers.log").read_text(errors="replace")
     hostnames = set(Worker.objects.values_list("hostname", flat=True))
     if hosts:
@@ -122,7 +191,7 @@ def test_eight_workers_on_two_hosts_admit_fifty_a_second_per_key(subprocess_env,
         print(
             f"\n{key}: {len(in_window)} admitted in {WINDOW:g} s ({rate:.1f}/s, limit {RATE}/s), "
             f"busiest second {busiest_second(stamps)} (burst {BURST}); "
-            f"hosts {'rate-host-a/b (UTS namespaces)' if hosts else 'worker ids only'}; "
+            f"hosts rate-host-a/b ({how}); "
             f"longest gaps {sorted(round(b - a, 3) for a, b in pairwise(in_window))[-5:]}"
         )
         assert abs(rate - RATE) <= 0.05 * RATE, log_text[-3000:]
