@@ -5,7 +5,7 @@
     .venv/bin/python bench/dashboard.py --database h_x --load-only   # load once, then
     .venv/bin/python bench/dashboard.py --database h_x --reuse       # time pages again
 
-It creates its own PostgreSQL database (`leasing_bench_dashboard` on the server
+It creates its own PostgreSQL database (`leasing_bench_dashboard`, or --database, on the server
 of DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test; dropped first
 if it exists), migrates it, loads work items in realistic statuses plus
 checkpoints, workers, a sweeper, idempotency keys, schedules and pauses with
