@@ -82,6 +82,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="time the pages against a database a --load-only run kept (no reload; kept)",
     )
     parser.add_argument(
+        "--only",
+        default="",
+        help="time only the pages whose name contains this text (with --reuse, to re-check some)",
+    )
+    parser.add_argument(
         "--load-only",
         action="store_true",
         help="load the database, keep it and stop (to profile pages against it)",
@@ -367,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Starting {WORKERS} runworker processes and a trickle of {args.rate:g} items/s ...")
         fleet.start()
         time.sleep(3)  # the first items flow before the first request
-        pages = console_pages(user)
+        pages = {n: p for n, p in console_pages(user).items() if args.only in n}
         work = (
             f"{WORKERS} runworker processes; a trickle of {args.rate:g} demo items/s"
             if args.rate > 0
