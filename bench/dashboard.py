@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/dashboard.py                 # 1,000,000 work items, 50,000 checkpoints
     .venv/bin/python bench/dashboard.py --rows 20000    # a quick smoke run
+    .venv/bin/python bench/dashboard.py --database h_x --load-only   # load once, then
+    .venv/bin/python bench/dashboard.py --database h_x --reuse       # time pages again
 
-It creates its own PostgreSQL database (`leasing_bench_dashboard` on the server
+It creates its own PostgreSQL database (`leasing_bench_dashboard`, or --database, on the server
 of DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test; dropped first
 if it exists), migrates it, loads work items in realistic statuses plus
 checkpoints, workers, a sweeper, idempotency keys, schedules and pauses with
@@ -12,16 +14,27 @@ INSERT ... SELECT generate_series, VACUUM ANALYZEs, rolls the finished hours up
 processes (no --burst) and a trickle of demo work for them (`--rate` items/s
 of demo.flaky and demo.sleep), and renders each page with Django's test Client
 as a superuser: a warm-up, then `--runs` timed requests. The workers and the
-trickle are stopped (SIGTERM) at the end, whatever happens.
+trickle are stopped (SIGTERM) at the end, whatever happens; the run fails if
+the workers completed none of the trickle (the figures would then be those of
+an idle site).
+
+The settings are bench/dashboard_settings.py (the project's with a fair queue,
+rate limits and a trace URL), so the dashboard renders every panel: the status
+strip (a paused work type, at-risk leases of a lost and a silent worker), the
+tiles, the workers panel with 40 registered workers, the fair queues and rate
+limits panels.
 
 The pages (bench/dashboard_pages.py): the dashboard, its refresh fragment (the
 request leasing/console.js sends, with X-Leasing-Fragment) and its 7 d window;
-history in each window and its fragment; top errors in each window and a
-retry-group confirmation; the pauses page and its confirmation form; the work
-item list unfiltered, as its live refresh, filtered by every lease health and
-status, sorted by every sortable column both ways, and at its deepest page; a
-work item page, a checkpoint timeline, and the checkpoint, worker, idempotency
-key and schedule lists and a worker page.
+history in each window, its fragment and narrowed to a queue and/or work type;
+top errors in each window, final failures only, and a retry-group
+confirmation; the pauses page and its confirmation form; the work item list
+unfiltered, as its live refresh, filtered by every lease health (at risk
+too), status, retrying, a queue and a fairness key, searched in payloads (a
+text, a number, no match), sorted by every sortable column both ways, and at
+its deepest page; a work item page with a trace id, a checkpoint timeline, and
+the checkpoint, worker, idempotency key and schedule lists and two worker
+pages (a live one, a lost one holding leases).
 
 Every figure is computed by its request: the console caches nothing. The
 target of each page: median < 300 ms and p95 < 500 ms; the exit status is 1 if a page
@@ -64,13 +77,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--keep", action="store_true", help="keep the database afterwards (default: drop it)"
     )
     parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the pages against a database a --load-only run kept (no reload; kept)",
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="time only the pages whose name contains this text (with --reuse, to re-check some)",
+    )
+    parser.add_argument(
         "--load-only",
         action="store_true",
         help="load the database, keep it and stop (to profile pages against it)",
     )
     args = parser.parse_args(argv)
-    if args.load_only:
+    if args.load_only or args.reuse:
         args.keep = True
+    if args.load_only and args.reuse:
+        parser.error("--load-only and --reuse exclude each other")
     if args.rows < 1000:
         parser.error("--rows must be at least 1000")
     if args.rate < 0:
@@ -288,12 +313,13 @@ def load(rows: int, checkpoints: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     bench_url, maintenance_url = server_url(args.database)
-    print(f"Creating database {args.database!r} ...", flush=True)
-    recreate_database(maintenance_url, args.database)
+    if not args.reuse:
+        print(f"Creating database {args.database!r} ...", flush=True)
+        recreate_database(maintenance_url, args.database)
 
     sys.path.insert(0, str(ROOT))
     os.environ["DATABASE_URL"] = bench_url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.dashboard_settings"
     os.environ.setdefault("LEASING_LOG_LEVEL", "WARNING")
     import django
 
@@ -319,10 +345,11 @@ def main(argv: list[str] | None = None) -> int:
 
     fleet = Fleet(WORKERS, args.rate, ROOT / "artifacts" / "bench-dashboard-logs")
     try:
-        call_command("migrate", verbosity=0, interactive=False)
-        print(f"Loading {args.rows:,} work items and {args.checkpoints:,} checkpoints ...")
-        load(args.rows, args.checkpoints)
-        load_extras(args.rows)
+        if not args.reuse:
+            call_command("migrate", verbosity=0, interactive=False)
+            print(f"Loading {args.rows:,} work items and {args.checkpoints:,} checkpoints ...")
+            load(args.rows, args.checkpoints)
+            load_extras(args.rows)
         if args.load_only:
             print(f"Loaded; the database {args.database!r} is kept.")
             return 0
@@ -330,7 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         # The test Client's host; no setup_test_environment(), whose template
         # instrumentation would add to the figures.
         settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
-        user = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench")
+        users = get_user_model().objects
+        user = users.filter(username="bench").first() or users.create_superuser(
+            "bench", "bench@example.com", "bench"
+        )
         client = Client()
         client.force_login(user)
         with connection.cursor() as cursor:
@@ -342,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Starting {WORKERS} runworker processes and a trickle of {args.rate:g} items/s ...")
         fleet.start()
         time.sleep(3)  # the first items flow before the first request
-        pages = console_pages(user)
+        pages = {n: p for n, p in console_pages(user).items() if args.only in n}
         work = (
             f"{WORKERS} runworker processes; a trickle of {args.rate:g} demo items/s"
             if args.rate > 0
@@ -409,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
         missed = [n for n, r in results.items() if pages[n].target and not met(r)]
         if missed:
             print(f"\nMISSED: {', '.join(missed)}", file=sys.stderr)
+        if args.rate > 0 and not done.get("completed"):
+            print(f"\nThe workers completed none of the trickle: {done}", file=sys.stderr)
+            return 1
         return 1 if missed else 0
     finally:
         fleet.stop()

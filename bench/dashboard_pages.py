@@ -1,11 +1,13 @@
 """Helpers of bench/dashboard.py: the pages it times, the extra rows, the live workers.
 
 * `load_extras`: idempotency keys, schedules and pauses, so that their lists
-  are not timed empty (the work items and checkpoints come from dashboard.load).
+  are not timed empty (the work items and checkpoints come from dashboard.load),
+  and what the console's newer panels show (`load_console_extras`).
 * `console_pages`: every page and live-refresh fragment of the console, with
   the URLs derived from the admin itself (sortable columns, the deepest page).
 * `Fleet`: 4 `runworker` processes (no --burst) and a trickle of demo work
-  for them, started before the timed requests and always stopped afterwards.
+  for them, and a beat that keeps the loaded 40 workers' rows and leases as
+  they were loaded; started before the timed requests and always stopped afterwards.
 
 `python -m bench.dashboard_pages trickle RATE` is the trickle process itself.
 """
@@ -76,8 +78,86 @@ SELECT 'work_type', 'send_invoice', 'bench', 'bench: an active pause', statement
 """
 
 
+# What the console's newer panels and filters read (bench/dashboard_settings.py turns the
+# features on): media's pending items carry fairness keys (60 tenants, a third of the items
+# on one), billing's carry rate keys (20 accounts) whose buckets are half closed; the item
+# page the bench opens has a trace context; two of the 40 workers holding leases are not
+# alive (one lost, one silent), so at-risk leases are listed and the status strip has them.
+CONSOLE_SQL: tuple[tuple[str, str], ...] = (
+    (
+        "fair keys",
+        """
+UPDATE work_items
+SET fairness_key = 'tenant-' || lpad((CASE WHEN substr(work_item_id, 2)::bigint % 3 = 0
+                                      THEN 0 ELSE substr(work_item_id, 2)::bigint % 60 END)::text,
+                                     2, '0')
+WHERE status = 'pending' AND queue_name = 'media'
+""",
+    ),
+    (
+        "rate keys",
+        """
+UPDATE work_items SET rate_key = 'account-' || (substr(work_item_id, 2)::bigint % 20)
+WHERE status = 'pending' AND queue_name = 'billing'
+""",
+    ),
+    (
+        "rate buckets",
+        """
+INSERT INTO leasing_rate_buckets (bucket, tat, next_at, admitted, window_start,
+                                  window_admitted, previous_admitted, updated_at)
+SELECT 'key:account-' || k, e + 1, CASE WHEN k % 2 = 0 THEN e + 30 ELSE e - 1 END,
+       1000 * k, e - 5, 20, 90, statement_timestamp()
+FROM generate_series(0, 19) AS k, (SELECT extract(epoch FROM statement_timestamp()) AS e) AS t
+UNION ALL
+SELECT 'queue:billing', e, e - 1, 50000, e - 5, 200, 480, statement_timestamp()
+FROM (SELECT extract(epoch FROM statement_timestamp()) AS e) AS t
+""",
+    ),
+    (
+        "trace context",
+        f"""
+UPDATE work_items
+SET trace_context = jsonb_build_object(
+    'traceparent', '00-' || md5(work_item_id) || '-' || left(md5(task_id), 16) || '-01')
+WHERE work_item_id = '{"B" + "50".rjust(25, "0")}'
+""",
+    ),
+    (
+        "dead holders",
+        """
+UPDATE workers
+SET status = CASE WHEN worker_id = 'bench-worker-38' THEN 'lost' ELSE status END,
+    last_seen_at = statement_timestamp() - CASE WHEN worker_id = 'bench-worker-38'
+                                               THEN interval '3 minutes'
+                                               ELSE interval '10 minutes' END
+WHERE worker_id IN ('bench-worker-38', 'bench-worker-39')
+""",
+    ),
+)
+
+
+def load_console_extras() -> dict[str, float]:
+    """`CONSOLE_SQL`, then what autovacuum would do after it; seconds per step."""
+    from django.db import connection
+
+    timings: dict[str, float] = {}
+    with connection.cursor() as cursor:
+        for name, sql in CONSOLE_SQL:
+            started = time.perf_counter()
+            cursor.execute(sql)
+            timings[name] = time.perf_counter() - started
+            print(f"  loaded {name:<12} in {timings[name]:6.1f} s", flush=True)
+        started = time.perf_counter()
+        cursor.execute("VACUUM (ANALYZE) work_items")
+        cursor.execute("VACUUM (ANALYZE) workers")
+        cursor.execute("VACUUM (ANALYZE) leasing_rate_buckets")
+        timings["vacuum"] = time.perf_counter() - started
+    return timings
+
+
 def load_extras(rows: int) -> dict[str, float]:
-    """Idempotency keys, schedules and pauses; seconds per step."""
+    """Idempotency keys, schedules and pauses, then `load_console_extras`; seconds per step."""
     from django.db import connection
 
     timings: dict[str, float] = {}
@@ -95,7 +175,7 @@ def load_extras(rows: int) -> dict[str, float]:
         cursor.execute("VACUUM (ANALYZE) idempotency_keys")
         cursor.execute("VACUUM (ANALYZE) schedules")
         cursor.execute("VACUUM (ANALYZE) leasing_pauses")
-    return timings
+    return {**timings, **load_console_extras()}
 
 
 # --- the pages ------------------------------------------------------------------------------
@@ -160,8 +240,15 @@ def console_pages(user: Any) -> dict[str, Page]:
     for minutes, label in WindowForm.WINDOWS.items():
         pages[f"history ({label})"] = Page(f"{history}?window={minutes}")
     pages["history (refresh fragment)"] = Page(history, FRAGMENT)
+    # History narrowed to a queue, a work type, and both over a week.
+    pages["history (queue=billing)"] = Page(f"{history}?queue=billing")
+    pages["history (work_type=send_invoice)"] = Page(f"{history}?work_type=send_invoice")
+    pages["history (queue and work_type, 7 d)"] = Page(
+        f"{history}?{urlencode({'window': 10080, 'queue': 'media', 'work_type': 'resize_image'})}"
+    )
     for minutes, label in WindowForm.WINDOWS.items():
         pages[f"top errors ({label})"] = Page(f"{errors}?window={minutes}")
+    pages["top errors (final failures only)"] = Page(f"{errors}?final=1")
     since = database_now("default") - timedelta(minutes=WindowForm.DEFAULT_WINDOW)
     groups, _ = error_groups(since)
     if groups:
@@ -175,13 +262,22 @@ def console_pages(user: Any) -> dict[str, Page]:
     )
     pages["work items (all)"] = Page(items)
     pages["work items (live refresh)"] = Page(items, FRAGMENT)
-    for health in ("healthy", "stale", "expired", "no_progress"):
+    for health in ("healthy", "stale", "at_risk", "expired", "no_progress"):
         pages[f"work items (lease_health={health})"] = Page(f"{items}?lease_health={health}")
     for status in ("pending", "in_progress", "completed", "failed"):
         pages[f"work items (status={status})"] = Page(f"{items}?status__exact={status}")
+    pages["work items (retrying=yes)"] = Page(f"{items}?retrying=yes")
+    pages["work items (queue_name=media)"] = Page(f"{items}?queue_name=media")
+    # The fair queues panel's link: one tenant's unblocked pending items.
+    pages["work items (a fairness key's pending)"] = Page(
+        f"{items}?{urlencode({'queue_name': 'media', 'fairness_key': 'tenant-00'})}"
+        "&status__exact=pending&dependencies_left=0"
+    )
     # The search in payloads (the bench's inputs have 1,000 customers): a thousandth of the
     # rows, and a value no row has, through the GIN index of migration 0015.
     pages["work items (payload search: input customer)"] = Page(f"{items}?input__customer=c42")
+    # A number: matches 500000 and "500000" (one row).
+    pages["work items (payload search: number)"] = Page(f"{items}?input__n=500000")
     pages["work items (payload search: no match)"] = Page(
         f"{items}?{urlencode({'payload': 'customer=nobody', 'payload_in': 'input'})}"
     )
@@ -194,13 +290,17 @@ def console_pages(user: Any) -> dict[str, Page]:
     pages["work items (deepest page)"] = Page(f"{items}?p=DEEPEST")
     # A page past the last offered one (a bookmark, an edited URL): served as the last.
     pages["work items (page 20,000 asked)"] = Page(f"{items}?p=20000")
-    pages["work item change page"] = Page(
+    # A failed item with a trace context (its trace link) and its error text.
+    pages["work item change page (trace id)"] = Page(
         admin_url("leasing_workitem_change", "B" + "50".rjust(25, "0"))
     )
     pages["checkpoint timeline"] = Page(admin_url("leasing_workitem_timeline", "task-000001"))
     pages["checkpoint list"] = Page(admin_url("leasing_checkpoint_changelist"))
     pages["worker list"] = Page(admin_url("leasing_worker_changelist"))
     pages["worker page"] = Page(admin_url("leasing_worker_change", "bench-worker-1"))
+    pages["worker page (lost, holding leases)"] = Page(
+        admin_url("leasing_worker_change", "bench-worker-38")
+    )
     pages["idempotency key list"] = Page(admin_url("leasing_idempotencykey_changelist"))
     pages["schedules list"] = Page(admin_url("leasing_schedule_changelist"))
     return pages
@@ -249,6 +349,60 @@ TRICKLE_CYCLE: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
+# The 40 loaded workers and the 2 sweepers stand for a live fleet: without a beat they would
+# all read as silent minutes into the run (every lease at risk, the sweep dead), which is
+# not the site the targets are about. Every BEAT_SECONDS their rows are seen again and
+# their leases move forward by the time elapsed, so each lease keeps its loaded health
+# (healthy, stale, expired, no progress); bench-worker-38 (lost) and -39 (silent) stay dead.
+# The leases move every LEASE_BEAT_SECONDS, as a heartbeat at a fraction of a long lease
+# would (well within the staleness threshold), not on every beat: each move rewrites the
+# 2,000 rows and the table pages around them.
+BEAT_SECONDS = 5.0
+LEASE_BEAT_SECONDS = 30.0
+LIVE_HOLDERS = [f"bench-worker-{w}" for w in range(38)]
+ALL_HOLDERS = [f"bench-worker-{w}" for w in range(40)]
+BEAT_WORKERS_SQL = """
+UPDATE workers
+SET last_seen_at = statement_timestamp() - interval '4 seconds',
+    last_scan_at = CASE WHEN role = 'sweeper'
+                        THEN statement_timestamp() - interval '20 seconds' END
+WHERE worker_id = ANY(%s) OR worker_id IN ('sweeper@host-1', 'sweeper@host-2')
+"""
+BEAT_LEASES_SQL = """
+UPDATE work_items
+SET lease_acquired_at = lease_acquired_at + %(d)s, lease_expires_at = lease_expires_at + %(d)s,
+    heartbeat_at = heartbeat_at + %(d)s, progress_at = progress_at + %(d)s
+WHERE status = 'in_progress' AND lease_holder = ANY(%(holders)s)
+"""
+
+
+def beat() -> None:
+    """Keep the loaded fleet alive (`BEAT_WORKERS_SQL`, `BEAT_LEASES_SQL`) until SIGTERM."""
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    stop = False
+
+    def on_term(signum: int, frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        last = cursor.fetchone()[0]
+        while not stop:
+            time.sleep(BEAT_SECONDS)
+            cursor.execute(BEAT_WORKERS_SQL, [LIVE_HOLDERS])
+            cursor.execute("SELECT statement_timestamp()")
+            now = cursor.fetchone()[0]
+            if (now - last).total_seconds() >= LEASE_BEAT_SECONDS:
+                cursor.execute(BEAT_LEASES_SQL, {"d": now - last, "holders": ALL_HOLDERS})
+                last = now
+
+
 def trickle(rate: float) -> None:
     """Enqueue demo work at `rate` items a second until SIGTERM (run as its own process)."""
     import django
@@ -287,7 +441,7 @@ class Fleet:
     def env(self) -> dict[str, str]:
         return {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "project.settings",
+            "DJANGO_SETTINGS_MODULE": "bench.dashboard_settings",
             "LEASING_LOG_LEVEL": "WARNING",
         }
 
@@ -305,6 +459,7 @@ class Fleet:
         if self.rate > 0:
             argv = [sys.executable, "-m", "bench.dashboard_pages", "trickle", str(self.rate)]
             self._spawn("trickle", argv)
+        self._spawn("beat", [sys.executable, "-m", "bench.dashboard_pages", "beat"])
         self.wait_registered()
 
     def wait_registered(self, timeout: float = 60.0) -> None:
@@ -363,5 +518,7 @@ def flow(since_sql: str = "statement_timestamp() - interval '1 day'") -> dict[st
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "trickle":
         trickle(float(sys.argv[2]))
+    elif sys.argv[1:] == ["beat"]:
+        beat()
     else:
-        sys.exit("usage: python -m bench.dashboard_pages trickle RATE")
+        sys.exit("usage: python -m bench.dashboard_pages trickle RATE | beat")

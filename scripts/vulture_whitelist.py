@@ -196,6 +196,7 @@ _.runs_idle  # console/processes.py: the dashboard's worker rows (a template rea
 _.runs_abandoned_total  # models/processes.py: a column the beat adds to, /metrics sums
 _.payload_included  # console/timeline.py
 _.opens_in_seconds  # console/rates.py: the dashboard's rate limits panel
+_.waiting_capped  # console/rates.py: the rate limits panel ("1,000+")
 _.WAIT  # leasing.states: values users pass (on_dependency_failure, checkpoint types)
 _.ITERATION_START
 _.TOOL_EXECUTED

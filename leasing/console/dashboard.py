@@ -14,7 +14,7 @@ from .finished import finished_for, is_rolled
 from .leases import LeaseHealthSummary, lease_health
 from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
 from .queues import QueueRow, queue_table
-from .rates import RateRow, rate_table
+from .rates import WAITING_CAP, RateRow, rate_table
 from .replica import ReplicaLag, replica_lag
 from .retrying import retrying_count
 from .timeline import CheckpointEntry, recent_recoveries
@@ -116,6 +116,6 @@ def build_dashboard(
         ),
         replica=replica,
         rolled_from=window.start if is_rolled(window_minutes) else None,
-        rate_limits=rate_table(using=using),
+        rate_limits=rate_table(using=using, pending=pairs, waiting_cap=WAITING_CAP),
         fair_queues=fair_queue_table(now=now, using=using),
     )

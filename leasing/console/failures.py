@@ -327,9 +327,14 @@ def error_groups(
     """
     rows, truncated = _window_rows(start, using=using, final_only=final_only)
     grouped: dict[tuple[str, str], list[tuple[str, str, datetime, str, str]]] = defaultdict(list)
+    # Failures repeat a few messages many times: each distinct one is normalised once.
+    normalised: dict[str, tuple[str, str]] = {}
     for item_id, work_type, error, at, status in rows:
         raw = error or NO_MESSAGE
-        grouped[normalise(raw)].append((item_id, work_type, at, status, raw))
+        group = normalised.get(raw)
+        if group is None:
+            group = normalised[raw] = normalise(raw)
+        grouped[group].append((item_id, work_type, at, status, raw))
     groups = []
     for (kind, message), members in grouped.items():
         raw_counts = Counter(m[4][:RAW_MESSAGE_LENGTH] for m in members)
@@ -357,8 +362,12 @@ def group_members(start: datetime, key: str, limit: int, *, using: str = "defaul
     (at most `limit`): what retrying the group touches."""
     members = []
     rows = failed_in_window(start, using=using).values_list("work_item_id", "error_message")
+    keys: dict[str, str] = {}  # a group key per distinct message, as in error_groups
     for item_id, error in rows[:FAILED_ROWS_READ]:
-        if group_key(*normalise(error or NO_MESSAGE)) == key:
+        raw = error or NO_MESSAGE
+        if raw not in keys:
+            keys[raw] = group_key(*normalise(raw))
+        if keys[raw] == key:
             members.append(item_id)
             if len(members) >= limit:
                 break

@@ -230,7 +230,9 @@ def test_forty_registered_workers_keep_the_dashboard_under_two_screens(live_serv
     screen = page.viewport_size["height"]
     height = page.evaluate("document.documentElement.scrollHeight")
     shot(page, "dashboard-40-workers")
-    assert height < 2 * screen, height
+    # Under two screens with a tenth to spare, so that the next panel added finds out here
+    # rather than on an operator's screen.
+    assert height < 1.8 * screen, height
     rows = page.locator("#leasing-workers-table tbody tr")
     assert rows.first.get_attribute("data-worker") == "worker-07"  # the problem first
     assert rows.count() == 11

@@ -14,8 +14,15 @@ import pytest
 from django.core.cache import cache
 
 from leasing.models import Checkpoint, Worker
-from tests.support.admin import lease_scenario, register_holders
-from tests.support.browser import log_in, operator, run_failures, shot
+from tests.support.admin import (
+    FORCE,
+    PAYLOAD,
+    VIEW_ALL,
+    lease_scenario,
+    make_user,
+    register_holders,
+)
+from tests.support.browser import log_in, run_failures, shot
 from tests.support.helpers import database_now
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -39,7 +46,8 @@ def test_every_console_page_renders_and_is_captured(
     )
     checkpoint = Checkpoint.objects.filter(checkpoint_type="error_boundary").first()
     assert checkpoint is not None
-    operator()
+    # The operator of tests.support.browser, who may also read the schedules.
+    make_user("operator", *VIEW_ALL, FORCE, PAYLOAD, "leasing.view_schedule")
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     log_in(page, live_server, "operator")
@@ -55,6 +63,11 @@ def test_every_console_page_renders_and_is_captured(
         "top-errors": ("/leasing/workitem/errors/", "Top errors"),
         "work-items": ("/leasing/workitem/", "Select work item"),
         "work-items-expired": ("/leasing/workitem/?lease_health=expired", "Select work item"),
+        "work-items-at-risk": ("/leasing/workitem/?lease_health=at_risk", "Select work item"),
+        "work-items-retrying": ("/leasing/workitem/?retrying=yes", "Select work item"),
+        "history-queue": ("/leasing/workitem/history/?queue=default", "History and lease"),
+        "pauses": ("/leasing/workitem/pauses/", "Paused now"),
+        "schedules": ("/leasing/schedule/", "Select schedule"),
         "work-item": (f"/leasing/workitem/{item}/change/", "test.always_fail"),
         "work-item-leased": (
             f"/leasing/workitem/{scenario.healthy.work_item_id}/change/",

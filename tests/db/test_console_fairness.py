@@ -68,7 +68,9 @@ def test_the_panel_lists_each_key_with_its_claimable_count_and_weight(
         ("fair", "trial", 1, 1),
     ]
     assert 'data-keys="3"' in html
-    assert "fairness_key=basic&amp;status__exact=pending" in html
+    # The list of the key's unblocked pending items: the condition of work_items_fair_idx,
+    # so the list reads the key's entries instead of the whole table.
+    assert "fairness_key=basic&amp;status__exact=pending&amp;dependencies_left=0" in html
 
 
 def test_the_panel_is_absent_without_fair_queues(admin_client):

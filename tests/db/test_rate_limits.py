@@ -195,3 +195,30 @@ def test_run_item_says_when_a_rate_limit_holds_the_item_back(leasing_settings):
     with pytest.raises(NotClaimable, match="rate limit's bucket 'key:stripe'"):
         run_item(second)
     assert WorkItem.objects.get(pk=second.work_item_id).status == "pending"
+
+
+def test_the_console_counts_a_queue_bucket_exactly_and_a_rate_key_up_to_its_cap(
+    leasing_settings, monkeypatch, admin_client
+):
+    from leasing.console import dashboard, rates
+    from leasing.console.rates import rate_table
+
+    leasing_settings(RATE_LIMITS={"queue:billing": THREE_A_MINUTE, "key:stripe": THREE_A_MINUTE})
+    items(6, queue="billing")
+    items(7, rate_key="stripe")
+    assert len(LeaseManager("w1").acquire_leases(20)) == 6  # three of each bucket
+    rows = {row.bucket: row for row in rate_table(waiting_cap=2)}
+    # The queue's from the per-pair pending counts: exact; the key's stops at the cap.
+    assert (rows["queue:billing"].waiting, rows["queue:billing"].waiting_capped) == (3, False)
+    assert (rows["key:stripe"].waiting, rows["key:stripe"].waiting_capped) == (2, True)
+    # Without a cap (what /metrics asks), every one.
+    assert {row.bucket: row.waiting for row in rate_table()} == {
+        "queue:billing": 3,
+        "key:stripe": 4,
+    }
+    # The dashboard says the count stopped.
+    monkeypatch.setattr(dashboard, "WAITING_CAP", 2)
+    assert rates.WAITING_CAP == 1000
+    html = admin_client.get("/admin/leasing/workitem/dashboard/").content.decode()
+    row = html.split('data-bucket="key:stripe"')[1].split("</tr>")[0]
+    assert '<td class="num">2+</td>' in row
