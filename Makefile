@@ -22,7 +22,7 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .PHONY: venv venv-django60 lint test test-unit test-db test-process test-browser \
 	test-sqlite test-postgres test-sqlite-pass test-postgres-pass test-django60 \
-	test-django60-postgres new-user test-ha test-faults test-faults-short \
+	test-django60-postgres new-user test-ha ha-packages test-faults test-faults-short \
 	test-bench-smoke test-model-long ci ci-django60 \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs deadcode
 
@@ -139,7 +139,7 @@ test-model-long: venv
 		$(PY) -m pytest tests/db/test_state_model.py $(PYTEST_ARGS)
 
 # What CI runs (.ci/run): the README's `make test`, the documentation site, the
-# benchmark smoke run, the suite on Django 6.0, the HA suite and a short fault run.
+# benchmark smoke run, the suite on Django 6.0, the HA suite beside a short fault run.
 # CI's pass on Django 6.0 is the unit and db tiers on SQLite: the process and
 # browser tiers run the same code in other processes and pages, whose behaviour
 # does not depend on the Django release, and the new-user test installs the
@@ -151,12 +151,16 @@ ci-django60: venv-django60
 ci:
 	./.ci/run
 
+# Debian's packages of test-ha and the fault runs, installed once even when
+# .ci/run makes test-ha and test-faults-short at once (one apt-get at a time).
+ha-packages:
+	@./scripts/ha/ensure-packages.sh
+
 # Failover, a transaction pooler, network partitions, a read replica and
 # autovacuum with the shipped per-table settings, on
 # throwaway clusters, pgbouncer and network namespaces this machine makes and
 # removes (needs root and Debian's PostgreSQL packages); about 4-5 minutes.
-test-ha: venv
-	@./scripts/ha/ensure-packages.sh
+test-ha: venv ha-packages
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	LEASING_HA_TESTS=1 DATABASE_URL=$(DATABASE_URL) $(PY) -m pytest tests/ha -m ha $(PYTEST_ARGS)
 
@@ -166,15 +170,13 @@ test-ha: venv
 # (docs/fault-run.md, which this target rewrites). Needs root and Debian's
 # PostgreSQL packages; FAULTS_SECONDS of faults (default 240), about 6 minutes.
 FAULTS_SECONDS ?= 240
-test-faults: venv
-	@./scripts/ha/ensure-packages.sh
+test-faults: venv ha-packages
 	LEASING_FAULT_TESTS=1 FAULTS_SECONDS=$(FAULTS_SECONDS) FAULTS_REPORT=$(CURDIR)/docs/fault-run.md \
 		$(PY) -m pytest tests/faults -m faults -p no:cacheprovider -s $(PYTEST_ARGS)
 
 # The same with 75 s of faults (what CI runs): under 3 minutes; its report goes
 # to artifacts/faults/report.md only.
-test-faults-short: venv
-	@./scripts/ha/ensure-packages.sh
+test-faults-short: venv ha-packages
 	LEASING_FAULT_TESTS=1 FAULTS_SECONDS=75 FAULTS_SETTLE_SECONDS=60 \
 		$(PY) -m pytest tests/faults -m faults -p no:cacheprovider -s $(PYTEST_ARGS)
 
