@@ -26,3 +26,15 @@ if os.environ.get("LEASING_TEST_TRACE_FILE"):
 
     LEASING = {**LEASING, "TRACING": True}
     install_file_exporter(os.environ["LEASING_TEST_TRACE_FILE"])
+
+# `make test` runs the PostgreSQL pass as two jobs at once (the Makefile's
+# PG_PASS_2): the second gets its own test database, test_<name><suffix>, so that
+# neither creates or drops the other's.
+if os.environ.get("LEASING_TEST_DB_SUFFIX") and DATABASES["default"]["ENGINE"].endswith(  # noqa: F405
+    "postgresql"
+):
+    _default = DATABASES["default"]  # noqa: F405
+    _default["TEST"] = {
+        **_default.get("TEST", {}),
+        "NAME": f"test_{_default['NAME']}{os.environ['LEASING_TEST_DB_SUFFIX']}",
+    }
