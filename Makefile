@@ -22,7 +22,8 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .PHONY: venv venv-django60 lint test test-unit test-db test-process test-browser \
 	test-sqlite test-postgres test-sqlite-pass test-postgres-pass test-django60 \
-	test-postgres-db-job test-postgres-slow-job test-sqlite-db-job test-sqlite-slow-job \
+	test-postgres-db-job test-postgres-model-job test-postgres-slow-job test-sqlite-db-job \
+	test-sqlite-slow-job \
 	test-django60-postgres new-user test-ha ha-packages test-faults test-faults-short \
 	test-bench-smoke test-model-long ci ci-django60 \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs deadcode
@@ -104,26 +105,31 @@ new-user: venv
 	$(PY) scripts/new_user.py postgres --database-url $(DATABASE_URL)
 
 # The README's test command: lint beside the unit tier, then the SQLite and the
-# PostgreSQL passes of the other tiers, TEST_JOBS at a time (each job's output is
-# shown as it ends). Each pass runs as two jobs, the db tier and the process and
-# browser tiers (SLOW_TIERS), so that both CPUs stay busy to the end: the first two
-# pair a CPU-bound job with one that mostly waits on its processes. The second job
-# of a database has its own test database (SQLITE_TEST_URL_2; LEASING_TEST_DB_SUFFIX,
-# tests/settings.py). Set TEST_JOBS=1 to run them one after the other.
+# PostgreSQL passes of the other tiers, TEST_JOBS jobs at a time (each job's output
+# is shown as it ends). Each pass is cut into jobs, the db tier and the process and
+# browser tiers (SLOW_TIERS), and on PostgreSQL the model test (MODEL_TEST, the
+# longest single test) apart, so that both CPUs stay busy to the end: the jobs are
+# listed longest first. Each PostgreSQL job has its own test database
+# (LEASING_TEST_DB_SUFFIX, tests/settings.py), each SQLite job its own file. Set
+# TEST_JOBS=1 to run them one after the other.
 TEST_JOBS ?= 2
 SLOW_TIERS := tests/process tests/browser
+MODEL_TEST := tests/db/test_state_model.py
 SQLITE_TEST_URL_2 := sqlite:///$(CURDIR)/.test-run-2.sqlite3
-PG_PASS_2 := $(PG_PASS) LEASING_TEST_DB_SUFFIX=_2
+TEST_PASS_JOBS := test-postgres-db-job test-sqlite-slow-job test-postgres-slow-job \
+	test-sqlite-db-job test-postgres-model-job
 test: venv
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target lint test-unit
 	@./scripts/ensure-chromium.sh
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target \
-		test-postgres-db-job test-sqlite-slow-job test-postgres-slow-job test-sqlite-db-job
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PASS_JOBS)
 	@if [ "$(TEST_DJANGO60)" = 1 ]; then $(MAKE) --no-print-directory test-django60; fi
 
 test-postgres-db-job: venv
-	$(PG_PASS_2) $(PY) -m pytest tests/db $(PYTEST_ARGS)
+	$(PG_PASS) LEASING_TEST_DB_SUFFIX=_db $(PY) -m pytest tests/db --ignore=$(MODEL_TEST) $(PYTEST_ARGS)
+
+test-postgres-model-job: venv
+	$(PG_PASS) LEASING_TEST_DB_SUFFIX=_model $(PY) -m pytest $(MODEL_TEST) $(PYTEST_ARGS)
 
 test-postgres-slow-job: venv
 	$(PG_PASS) $(PY) -m pytest $(SLOW_TIERS) $(PYTEST_ARGS)

@@ -27,9 +27,9 @@ if os.environ.get("LEASING_TEST_TRACE_FILE"):
     LEASING = {**LEASING, "TRACING": True}
     install_file_exporter(os.environ["LEASING_TEST_TRACE_FILE"])
 
-# `make test` runs the PostgreSQL pass as two jobs at once (the Makefile's
-# PG_PASS_2): the second gets its own test database, test_<name><suffix>, so that
-# neither creates or drops the other's.
+# `make test` runs the PostgreSQL pass as jobs at once (the Makefile's
+# TEST_PASS_JOBS): each gets its own test database, test_<name><suffix>, so that
+# none creates or drops another's.
 if os.environ.get("LEASING_TEST_DB_SUFFIX") and DATABASES["default"]["ENGINE"].endswith(  # noqa: F405
     "postgresql"
 ):
