@@ -109,14 +109,14 @@ new-user: venv
 # is shown as it ends). Each pass is cut into jobs, the db tier and the process and
 # browser tiers (SLOW_TIERS), and on PostgreSQL the model test (MODEL_TEST, the
 # longest single test) apart, so that both CPUs stay busy to the end: the jobs are
-# listed longest first. Each PostgreSQL job has its own test database
+# listed longest first (the PostgreSQL process and browser tiers take longest). Each PostgreSQL job has its own test database
 # (LEASING_TEST_DB_SUFFIX, tests/settings.py), each SQLite job its own file. Set
 # TEST_JOBS=1 to run them one after the other.
 TEST_JOBS ?= 2
 SLOW_TIERS := tests/process tests/browser
 MODEL_TEST := tests/db/test_state_model.py
 SQLITE_TEST_URL_2 := sqlite:///$(CURDIR)/.test-run-2.sqlite3
-TEST_PASS_JOBS := test-postgres-db-job test-sqlite-slow-job test-postgres-slow-job \
+TEST_PASS_JOBS := test-postgres-slow-job test-sqlite-slow-job test-postgres-db-job \
 	test-sqlite-db-job test-postgres-model-job
 test: venv
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target lint test-unit
