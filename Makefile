@@ -22,7 +22,9 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .PHONY: venv venv-django60 lint test test-unit test-db test-process test-browser \
 	test-sqlite test-postgres test-sqlite-pass test-postgres-pass test-django60 \
-	test-django60-postgres new-user test-ha test-faults test-faults-short \
+	test-postgres-db-job test-postgres-model-job test-postgres-slow-job test-sqlite-db-job \
+	test-sqlite-slow-job \
+	test-django60-postgres new-user test-ha ha-packages test-faults test-faults-short \
 	test-bench-smoke test-model-long ci ci-django60 \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs deadcode
 
@@ -102,16 +104,43 @@ new-user: venv
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	$(PY) scripts/new_user.py postgres --database-url $(DATABASE_URL)
 
-# The README's test command: lint, the unit tier, then the SQLite and the
-# PostgreSQL passes of the other tiers at once (their output is shown as each
-# pass ends). Set TEST_JOBS=1 to run the passes one after the other.
+# The README's test command: lint beside the unit tier, then the SQLite and the
+# PostgreSQL passes of the other tiers, TEST_JOBS jobs at a time (each job's output
+# is shown as it ends). Each pass is cut into jobs, the db tier and the process and
+# browser tiers (SLOW_TIERS), and on PostgreSQL the model test (MODEL_TEST, the
+# longest single test) apart, so that both CPUs stay busy to the end: the jobs are
+# listed longest first (the PostgreSQL process and browser tiers take longest). Each PostgreSQL job has its own test database
+# (LEASING_TEST_DB_SUFFIX, tests/settings.py), each SQLite job its own file. Set
+# TEST_JOBS=1 to run them one after the other.
 TEST_JOBS ?= 2
-test: lint test-unit
+SLOW_TIERS := tests/process tests/browser
+MODEL_TEST := tests/db/test_state_model.py
+SQLITE_TEST_URL_2 := sqlite:///$(CURDIR)/.test-run-2.sqlite3
+TEST_PASS_JOBS := test-postgres-slow-job test-sqlite-slow-job test-postgres-db-job \
+	test-sqlite-db-job test-postgres-model-job
+test: venv
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target lint test-unit
 	@./scripts/ensure-chromium.sh
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-sqlite-pass test-postgres-pass
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PASS_JOBS)
 	@if [ "$(TEST_DJANGO60)" = 1 ]; then $(MAKE) --no-print-directory test-django60; fi
 
+test-postgres-db-job: venv
+	$(PG_PASS) LEASING_TEST_DB_SUFFIX=_db $(PY) -m pytest tests/db --ignore=$(MODEL_TEST) $(PYTEST_ARGS)
+
+test-postgres-model-job: venv
+	$(PG_PASS) LEASING_TEST_DB_SUFFIX=_model $(PY) -m pytest $(MODEL_TEST) $(PYTEST_ARGS)
+
+test-postgres-slow-job: venv
+	$(PG_PASS) $(PY) -m pytest $(SLOW_TIERS) $(PYTEST_ARGS)
+
+test-sqlite-db-job: venv
+	DATABASE_URL=$(SQLITE_TEST_URL_2) $(PY) -m pytest tests/db $(PYTEST_ARGS)
+
+test-sqlite-slow-job: venv
+	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest $(SLOW_TIERS) $(PYTEST_ARGS)
+
+# One pass of every server tier in one run.
 test-sqlite-pass: venv
 	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest $(SERVER_TIERS) $(PYTEST_ARGS)
 
@@ -139,7 +168,7 @@ test-model-long: venv
 		$(PY) -m pytest tests/db/test_state_model.py $(PYTEST_ARGS)
 
 # What CI runs (.ci/run): the README's `make test`, the documentation site, the
-# benchmark smoke run, the suite on Django 6.0, the HA suite and a short fault run.
+# benchmark smoke run, the suite on Django 6.0, the HA suite beside a short fault run.
 # CI's pass on Django 6.0 is the unit and db tiers on SQLite: the process and
 # browser tiers run the same code in other processes and pages, whose behaviour
 # does not depend on the Django release, and the new-user test installs the
@@ -151,12 +180,16 @@ ci-django60: venv-django60
 ci:
 	./.ci/run
 
+# Debian's packages of test-ha and the fault runs, installed once even when
+# .ci/run makes test-ha and test-faults-short at once (one apt-get at a time).
+ha-packages:
+	@./scripts/ha/ensure-packages.sh
+
 # Failover, a transaction pooler, network partitions, a read replica and
 # autovacuum with the shipped per-table settings, on
 # throwaway clusters, pgbouncer and network namespaces this machine makes and
 # removes (needs root and Debian's PostgreSQL packages); about 4-5 minutes.
-test-ha: venv
-	@./scripts/ha/ensure-packages.sh
+test-ha: venv ha-packages
 	@PY=$(PY) DATABASE_URL=$(DATABASE_URL) ./scripts/ensure-postgres.sh
 	LEASING_HA_TESTS=1 DATABASE_URL=$(DATABASE_URL) $(PY) -m pytest tests/ha -m ha $(PYTEST_ARGS)
 
@@ -166,15 +199,13 @@ test-ha: venv
 # (docs/fault-run.md, which this target rewrites). Needs root and Debian's
 # PostgreSQL packages; FAULTS_SECONDS of faults (default 240), about 6 minutes.
 FAULTS_SECONDS ?= 240
-test-faults: venv
-	@./scripts/ha/ensure-packages.sh
+test-faults: venv ha-packages
 	LEASING_FAULT_TESTS=1 FAULTS_SECONDS=$(FAULTS_SECONDS) FAULTS_REPORT=$(CURDIR)/docs/fault-run.md \
 		$(PY) -m pytest tests/faults -m faults -p no:cacheprovider -s $(PYTEST_ARGS)
 
 # The same with 75 s of faults (what CI runs): under 3 minutes; its report goes
 # to artifacts/faults/report.md only.
-test-faults-short: venv
-	@./scripts/ha/ensure-packages.sh
+test-faults-short: venv ha-packages
 	LEASING_FAULT_TESTS=1 FAULTS_SECONDS=75 FAULTS_SETTLE_SECONDS=60 \
 		$(PY) -m pytest tests/faults -m faults -p no:cacheprovider -s $(PYTEST_ARGS)
 

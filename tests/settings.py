@@ -26,3 +26,15 @@ if os.environ.get("LEASING_TEST_TRACE_FILE"):
 
     LEASING = {**LEASING, "TRACING": True}
     install_file_exporter(os.environ["LEASING_TEST_TRACE_FILE"])
+
+# `make test` runs the PostgreSQL pass as jobs at once (the Makefile's
+# TEST_PASS_JOBS): each gets its own test database, test_<name><suffix>, so that
+# none creates or drops another's.
+if os.environ.get("LEASING_TEST_DB_SUFFIX") and DATABASES["default"]["ENGINE"].endswith(  # noqa: F405
+    "postgresql"
+):
+    _default = DATABASES["default"]  # noqa: F405
+    _default["TEST"] = {
+        **_default.get("TEST", {}),
+        "NAME": f"test_{_default['NAME']}{os.environ['LEASING_TEST_DB_SUFFIX']}",
+    }

@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+# The run's cluster and pgbouncer are named apart from the HA suite's (`lfx_`, its own
+# ports; tests/ha/clusters.py OWNERS), so .ci/run can run the two at once. Set before
+# the test module imports tests.ha.clusters, which reads it.
+os.environ["LEASING_CLUSTER_OWNER"] = "faults"
+
 HERE = Path(__file__).resolve().parent
 REQUIRED_TOOLS = ("pg_createcluster", "pg_ctlcluster", "pgbouncer", "runuser")
 
@@ -29,3 +34,10 @@ def fault_machine() -> None:
     missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
     if missing:
         pytest.fail(f"missing tools: {', '.join(missing)}; run scripts/ha/ensure-packages.sh")
+    from tests.ha.clusters import PREFIX
+
+    if PREFIX != "lfx_":
+        pytest.fail(
+            f"the fault run's clusters would be named {PREFIX}*, like the HA suite's: "
+            "run it apart from tests/ha (make test-faults)"
+        )

@@ -3,7 +3,7 @@
     result = fault_run(RunConfig.from_environment())
     assert result.passed, result.text
 
-1. A throwaway cluster (`tests.ha.clusters`, named `lha_faults`) and pgbouncer in
+1. A throwaway cluster (`tests.ha.clusters`, named `lfx_faults`) and pgbouncer in
    transaction mode in front of it (`tests.ha.pooler`); the schema, the
    journal's trigger and the effect ledger (`tests.faults.journal`).
 2. Workers (`runworker`, two direct, one of them with its clock skewed, two

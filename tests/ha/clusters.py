@@ -5,9 +5,10 @@
     ...
     standby.drop(); primary.drop()
 
-Every cluster is named `lha_<name>` so that `drop_leftovers()` can remove one a
-crashed run left behind. Clusters trust every local and test-namespace client:
-they only ever listen on loopback and on the test bridge.
+Every cluster is named `<PREFIX><name>` (`lha_` for the HA suite) so that
+`drop_leftovers()` can remove one a crashed run left behind. Clusters trust
+every local and test-namespace client: they only ever listen on loopback and on
+the test bridge.
 """
 
 from __future__ import annotations
@@ -24,11 +25,18 @@ from pathlib import Path
 import psycopg
 
 VERSION = "15"
-PREFIX = "lha_"
 ETC = Path("/etc/postgresql") / VERSION
 DATA = Path("/var/lib/postgresql") / VERSION
-# Spare ports well away from 5432 and the ephemeral range used by clients.
-PORT_RANGE = range(55400, 55900)
+# Who makes this process's clusters: the HA suite, or the fault run (its conftest
+# sets LEASING_CLUSTER_OWNER=faults). .ci/run runs the two at once, so each names
+# its clusters and pgbouncer directories with its own prefix and takes ports from
+# its own range: the HA suite's removal of leftovers (`lha_*`) never touches the
+# fault run's cluster or pooler. Spare ports, away from 5432 and the ephemeral range.
+OWNERS = {
+    "ha": ("lha_", range(55400, 55900)),
+    "faults": ("lfx_", range(55900, 56400)),
+}
+PREFIX, PORT_RANGE = OWNERS[os.environ.get("LEASING_CLUSTER_OWNER", "ha")]
 
 
 def run(*cmd: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -342,7 +350,7 @@ def drop_cluster(name: str) -> None:
 
 
 def drop_leftovers() -> list[str]:
-    """Remove every `lha_*` cluster (a crashed earlier run's); return their names."""
+    """Remove every cluster of this owner's prefix (a crashed earlier run's); return their names."""
     names = _existing_clusters()
     for name in names:
         drop_cluster(name)

@@ -20,9 +20,11 @@ from typing import Any
 
 import psycopg
 
-from .clusters import Cluster, free_port, run
+from .clusters import PREFIX, Cluster, free_port, run
 
-PIDFILE_GLOB = "/tmp/lha-pgbouncer-*/pgbouncer.pid"
+# `lha-pgbouncer-*` for the HA suite, `lfx-pgbouncer-*` for the fault run (clusters.OWNERS).
+DIR_PREFIX = PREFIX.rstrip("_") + "-pgbouncer-"
+PIDFILE_GLOB = f"/tmp/{DIR_PREFIX}*/pgbouncer.pid"
 
 
 class PgBouncer:
@@ -54,7 +56,7 @@ class PgBouncer:
         self.stop()
 
     def start(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="lha-pgbouncer-"))
+        self.dir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
         db = self.cluster.dbname
         (self.dir / "userlist.txt").write_text('"postgres" ""\n')
         (self.dir / "pgbouncer.ini").write_text(

@@ -30,6 +30,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # Short enough for the tests; PROCESS_STOP_GRACE is below SHUTDOWN_TIMEOUT (leasing.W006).
 GRACE = 1.0
 HEARTBEAT = 0.3
+# The shutdown of a worker whose handler still hangs when the test stops it: the
+# same stop as the default's 30 s, sooner (above GRACE, W006).
+HANG_SHUTDOWN = 3.0
 
 
 def worker(spawn: Any, record: Path, *flags: str, **leasing: Any) -> subprocess.Popen[str]:
@@ -134,7 +137,8 @@ def test_a_handler_spinning_in_python_is_stopped_at_its_timeout_and_failed(spawn
 def test_force_release_stops_the_child_and_the_item_runs_again_without_an_attempt(spawn, tmp_path):
     record = tmp_path / "runs.txt"
     item = enqueue("p", "test.process_hang", max_retries=0)
-    proc = worker(spawn, record)
+    # Its second run hangs too: the worker's shutdown stops it after SHUTDOWN_TIMEOUT.
+    proc = worker(spawn, record, SHUTDOWN_TIMEOUT=HANG_SHUTDOWN)
     try:
         _, token, pid = first_start(record)
         result = apply_action(
@@ -223,7 +227,8 @@ def test_a_sigterm_from_outside_hands_the_item_back_without_an_attempt(spawn, tm
     KillMode) is not the handler's fault."""
     record = tmp_path / "runs.txt"
     item = enqueue("p", "test.process_hang", max_retries=0)
-    proc = worker(spawn, record)
+    # Its second run hangs too: the worker's shutdown stops it after SHUTDOWN_TIMEOUT.
+    proc = worker(spawn, record, SHUTDOWN_TIMEOUT=HANG_SHUTDOWN)
     try:
         _, _, pid = first_start(record)
         os.kill(pid, signal.SIGTERM)
