@@ -43,7 +43,8 @@ class NotifyListener:
         self.on_notify = on_notify
         self.leadership = leadership
         self._stop = threading.Event()
-        self._hears_enqueues = False  # LISTENing on the enqueue channel (listener thread only)
+        # LISTENing on the enqueue channel (listener thread only); None: not said yet.
+        self._hears_enqueues: bool | None = None
         self._thread = threading.Thread(target=self._run, name="notify-listener", daemon=True)
 
     def start(self) -> NotifyListener:
@@ -65,7 +66,10 @@ class NotifyListener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as conn:
-                    self._hears_enqueues = False
+                    # The session's first statement says what it is, LISTEN or UNLISTEN:
+                    # monitoring (and the bench) count listener sessions by their mark,
+                    # and a worker full from its first claim may not run another for long.
+                    self._hears_enqueues = None
                     self._follow_lead(conn)
                     self._listen(conn)
             except psycopg.Error as exc:
