@@ -9,23 +9,13 @@ statement of its own its session showed no query at all and was not counted.
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 
-from leasing.sql.wakes import LISTENING
 from leasing.worker.leadership import Leadership
 from leasing.worker.listener import NotifyListener
 from tests.support.helpers import wait_for
+from tests.support.queries import listening_sessions as _listening
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _listening() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            f"AND {LISTENING}"
-        )
-        return cursor.fetchone()[0]
 
 
 def test_a_full_workers_listener_is_counted_as_one_from_its_first_statement():

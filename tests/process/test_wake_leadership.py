@@ -19,8 +19,8 @@ import pytest
 
 from leasing import enqueue, enqueue_many
 from leasing.models import Worker, WorkItem
-from leasing.sql.wakes import LISTENING
 from tests.support.helpers import ROOT, wait_for
+from tests.support.queries import listening_sessions as _listening
 from tests.support.workers import leasing_env, stop_workers
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -59,17 +59,6 @@ def start_workers(
     wait_for(lambda: Worker.objects.filter(status="running").count() == count, timeout=60)
     wait_for(lambda: _listening() >= count, timeout=30)
     return procs, record
-
-
-def _listening() -> int:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            f"AND {LISTENING}"
-        )
-        return cursor.fetchone()[0]
 
 
 def runs(record: Path) -> list[tuple[str, str]]:

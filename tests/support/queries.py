@@ -35,3 +35,17 @@ class Seen:
 
     def written(self, alias: str) -> set[str]:
         return {t for sql in self._sql(alias) for t in WRITE.findall(sql)} & LEASING_TABLES
+
+
+def listening_sessions() -> int:
+    """Sessions of the test database that are a worker's listener (`wakes.LISTENING`)."""
+    from django.db import connection
+
+    from leasing.sql.wakes import LISTENING
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            f"AND {LISTENING}"
+        )
+        return cursor.fetchone()[0]
