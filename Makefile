@@ -114,6 +114,11 @@ new-user: venv
 # TEST_JOBS=1 to run them one after the other.
 TEST_JOBS ?= 2
 SLOW_TIERS := tests/process tests/browser
+# The process and browser tiers mostly wait on the processes and pages they
+# drive, so each of their jobs runs its test files on SLOW_TIER_WORKERS pytest
+# workers (pytest-xdist; each worker has its own test database, test_<name>_gwN).
+SLOW_TIER_WORKERS ?= 2
+SLOW_TIER_XDIST := -n $(SLOW_TIER_WORKERS) --dist loadfile
 MODEL_TEST := tests/db/test_state_model.py
 SQLITE_TEST_URL_2 := sqlite:///$(CURDIR)/.test-run-2.sqlite3
 TEST_PASS_JOBS := test-postgres-slow-job test-sqlite-slow-job test-postgres-db-job \
@@ -132,13 +137,13 @@ test-postgres-model-job: venv
 	$(PG_PASS) LEASING_TEST_DB_SUFFIX=_model $(PY) -m pytest $(MODEL_TEST) $(PYTEST_ARGS)
 
 test-postgres-slow-job: venv
-	$(PG_PASS) $(PY) -m pytest $(SLOW_TIERS) $(PYTEST_ARGS)
+	$(PG_PASS) $(PY) -m pytest $(SLOW_TIER_XDIST) $(SLOW_TIERS) $(PYTEST_ARGS)
 
 test-sqlite-db-job: venv
 	DATABASE_URL=$(SQLITE_TEST_URL_2) $(PY) -m pytest tests/db $(PYTEST_ARGS)
 
 test-sqlite-slow-job: venv
-	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest $(SLOW_TIERS) $(PYTEST_ARGS)
+	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest $(SLOW_TIER_XDIST) $(SLOW_TIERS) $(PYTEST_ARGS)
 
 # One pass of every server tier in one run.
 test-sqlite-pass: venv

@@ -43,6 +43,8 @@ def test_an_operator_quiets_then_stops_a_running_worker(live_server, page, spawn
     try:
         wait_for(lambda: Worker.objects.filter(pk="w-browser", status="running").exists(), 60)
         wait_for(lambda: row(running.pk)["status"] == "completed", timeout=30)
+        # The list shows the runs of the worker's last beat, which follows the completion.
+        wait_for(lambda: Worker.objects.get(pk="w-browser").runs_busy == 0, 15)
 
         page.goto(f"{live_server.url}/admin/login/?next=/admin/leasing/worker/")
         page.fill("#id_username", "operator")
