@@ -42,6 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The longest files first: pytest-xdist hands files out in this order.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
     vendor = _vendor()
     if os.environ.get("LEASING_REQUIRE_POSTGRES") == "1" and vendor != "postgresql":
         raise pytest.UsageError(

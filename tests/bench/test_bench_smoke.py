@@ -29,10 +29,9 @@ from tests.support.helpers import ROOT, database_url
 
 pytestmark = pytest.mark.postgres
 
-# peers and process_mode have tests of their own.
-CORE = tuple(name for name in SCENARIOS if name not in ("peers", "process_mode"))
-# The fair queue and rate limit scenarios have their own test (below).
-CORE = tuple(name for name in SCENARIOS if name not in ("peers", "fairness", "ratelimit"))
+# Scenarios with a test of their own (below), run once each.
+OWN_TESTS = ("peers", "process_mode", "tracing", "fairness", "ratelimit")
+CORE = tuple(name for name in SCENARIOS if name not in OWN_TESTS)
 
 
 def _positive(value: Any) -> bool:

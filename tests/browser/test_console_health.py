@@ -27,7 +27,7 @@ from tests.support.admin import VIEW_ALL, make_user
 from tests.support.browser import log_in, operator, shot
 from tests.support.workers import leasing_env
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.long, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 HEARTBEAT = 2.0  # the killed worker's own interval
 LEASE = 14.0  # its leases run out this long after their last renewal

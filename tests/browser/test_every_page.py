@@ -25,7 +25,7 @@ from tests.support.admin import (
 from tests.support.browser import log_in, run_failures, shot
 from tests.support.helpers import database_now
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.long, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_every_console_page_renders_and_is_captured(

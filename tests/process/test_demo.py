@@ -24,6 +24,8 @@ import pytest
 from project.demo.supervisor import MAX_QUICK_EXITS, Child, Supervisor
 from tests.support.helpers import ROOT
 
+pytestmark = pytest.mark.long
+
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 

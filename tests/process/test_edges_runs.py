@@ -22,7 +22,7 @@ from leasing.services.operations import Action, apply_action
 from tests.support.helpers import recorded, wait_for
 from tests.support.workers import leasing_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.long, pytest.mark.django_db(transaction=True)]
 
 
 def worker(spawn, record: Path, *extra: str, lease: float = 300) -> subprocess.Popen:

@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.helpers import ROOT, database_url
 
+pytestmark = pytest.mark.long
+
 SCRIPT = ROOT / "scripts" / "new_user.py"
 
 

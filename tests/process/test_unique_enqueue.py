@@ -9,7 +9,7 @@ import pytest
 
 from leasing.models import WorkItem
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.long, pytest.mark.django_db]
 
 
 # --- the scopes -------------------------------------------------------------------------------
