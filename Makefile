@@ -121,8 +121,8 @@ SLOW_TIER_WORKERS ?= 2
 SLOW_TIER_XDIST := -n $(SLOW_TIER_WORKERS) --dist loadfile
 MODEL_TEST := tests/db/test_state_model.py
 SQLITE_TEST_URL_2 := sqlite:///$(CURDIR)/.test-run-2.sqlite3
-TEST_PASS_JOBS := test-postgres-slow-job test-sqlite-slow-job test-postgres-db-job \
-	test-sqlite-db-job test-postgres-model-job
+TEST_PASS_JOBS := test-postgres-slow-job test-sqlite-slow-job test-sqlite-db-job \
+	test-postgres-db-job test-postgres-model-job
 test: venv
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target lint test-unit
 	@./scripts/ensure-chromium.sh
