@@ -112,12 +112,16 @@ class LeaseConditions:
         return Q(lease_expires_at__lt=Now())
 
     @property
-    def no_progress(self) -> Q:
-        progress_old = beat_older_than_threshold("progress_at", self.thresholds) | (
+    def progress_old(self) -> Q:
+        """The handler has not beaten for the threshold (never: counted from the claim)."""
+        return beat_older_than_threshold("progress_at", self.thresholds) | (
             Q(progress_at__isnull=True)
             & beat_older_than_threshold("lease_acquired_at", self.thresholds)
         )
-        return self.healthy & progress_old
+
+    @property
+    def no_progress(self) -> Q:
+        return self.healthy & self.progress_old
 
 
 def lease_conditions(
@@ -184,19 +188,37 @@ def lease_health(
     """One pass over the in-progress rows (the `in_progress` partial index).
 
     `holders`: the ids of the live workers when the caller has read them.
+    Grouped per holder, whose liveness is then looked up here: the conditions
+    stay free of the list of live holders, which made building the query cost
+    more than running it.
     """
     c = lease_conditions(using=using, holders=holders)
-    row = (
+    live = set(c.holders)
+    fresh = c.live & ~c.stale_beat
+    rows = (
         WorkItem.objects.using(using)
         .in_progress()
-        .aggregate(
+        .order_by()
+        .values("lease_holder")
+        .annotate(
             active=Count("*"),
             stale=Count("pk", filter=c.stale_beat),
-            healthy=Count("pk", filter=c.healthy),
-            stale_live=Count("pk", filter=c.stale_live),
-            at_risk=Count("pk", filter=c.at_risk),
+            fresh=Count("pk", filter=fresh),
+            stale_live=Count("pk", filter=c.live & c.stale_beat),
             expired=Count("pk", filter=c.expired),
-            no_progress=Count("pk", filter=c.no_progress),
+            no_progress=Count("pk", filter=fresh & c.progress_old),
         )
     )
-    return LeaseHealthSummary(stale_after_seconds=stale_after(), thresholds=c.thresholds, **row)
+    totals = dict.fromkeys(("active", "stale", "healthy", "stale_live", "expired"), 0)
+    totals |= {"no_progress": 0, "at_risk": 0}
+    for row in rows:
+        totals["active"] += row["active"]
+        totals["stale"] += row["stale"]
+        totals["expired"] += row["expired"]
+        if row["lease_holder"] in live:
+            totals["healthy"] += row["fresh"]
+            totals["stale_live"] += row["stale_live"]
+            totals["no_progress"] += row["no_progress"]
+        else:  # nothing renews them, whatever their heartbeat says
+            totals["at_risk"] += row["fresh"] + row["stale_live"]
+    return LeaseHealthSummary(stale_after_seconds=stale_after(), thresholds=c.thresholds, **totals)

@@ -11,7 +11,7 @@ from ..conf import get_settings
 from ..models import RateBucket, WorkItem
 from ..rates import KEY, QUEUE, WORK_TYPE, RateLimit, current_rate
 from ..services.rate_limits import limit_of
-from ..sql.runner import run_one
+from ..sql.runner import run, run_one
 from ..storage import storage_for
 from .backlog import PendingPair, pending_pairs
 
@@ -39,24 +39,38 @@ class RateRow:
         return None if self.limit is None else self.limit.limit / self.limit.period
 
 
-def _waiting(
-    kind: str, name: str, using: str, pairs: Sequence[PendingPair], cap: int | None
-) -> tuple[int, bool]:
-    """(pending items of the bucket, whether the count stopped at `cap`).
-
-    A queue's or work type's from the per-pair counts the page already read (two
-    index-only scans); a rate key's through `work_items_rate_key_idx`, at most `cap`
-    entries read (a key may hold a whole import), so the panel costs the same whatever waits.
-    """
+def _waiting(kind: str, name: str, pairs: Sequence[PendingPair]) -> int:
+    """Pending items of a queue's or work type's bucket, from the per-pair counts the page
+    already read (two index-only scans)."""
     if kind == QUEUE:
-        return sum(p.pending for p in pairs if p.queue_name == name), False
-    if kind == WORK_TYPE:
-        return sum(p.pending for p in pairs if p.work_type == name), False
-    pending = WorkItem.objects.using(using).filter(status=WorkItem.Status.PENDING, rate_key=name)
-    if cap is None:
-        return pending.count(), False
-    counted = pending.order_by()[: cap + 1].count()
-    return min(counted, cap), counted > cap
+        return sum(p.pending for p in pairs if p.queue_name == name)
+    return sum(p.pending for p in pairs if p.work_type == name)
+
+
+def _keys_waiting(keys: Sequence[str], using: str, cap: int | None) -> dict[str, tuple[int, bool]]:
+    """`{rate key: (pending items, whether the count stopped at cap)}`, in one statement.
+
+    Each key's count reads `work_items_rate_key_idx`, at most `cap + 1` entries (a key may
+    hold a whole import), so the panel costs the same whatever waits; one round trip for
+    every key instead of one each.
+    """
+    if not keys:
+        return {}
+    table = WorkItem._meta.db_table
+    limit = "" if cap is None else " LIMIT %s"
+    branch = (
+        f"SELECT %s AS name, (SELECT COUNT(*) FROM (SELECT 1 FROM {table} "
+        f"WHERE status = %s AND rate_key = %s{limit}) AS waiting) AS n"
+    )
+    params: list[Any] = []
+    for key in keys:
+        params += [key, WorkItem.Status.PENDING, key, *([] if cap is None else [cap + 1])]
+    rows = run(using, (" UNION ALL ".join([branch] * len(keys)), params))
+    counted = {str(r["name"]): int(r["n"]) for r in rows}
+    return {
+        key: (counted[key], False) if cap is None else (min(counted[key], cap), counted[key] > cap)
+        for key in keys
+    }
 
 
 def rate_table(
@@ -79,13 +93,23 @@ def rate_table(
     buckets = list(RateBucket.objects.using(using).order_by("-next_at", "bucket")[:MOST])
     if pending is None and any(not b.bucket.startswith(f"{KEY}:") for b in buckets):
         pending = pending_pairs(using=using)
+    named = [b.bucket.partition(":") for b in buckets]
+    keys = _keys_waiting(
+        sorted({name for kind, _, name in named if kind not in (QUEUE, WORK_TYPE)}),
+        using,
+        waiting_cap,
+    )
     for b in buckets:
         kind, _, name = b.bucket.partition(":")
         stored = None
         if b.limit_count is not None and b.period_seconds is not None and b.burst is not None:
             stored = RateLimit(b.limit_count, b.period_seconds, b.burst)
         closed = b.next_at > now
-        waiting, capped = _waiting(kind, name, using, pending or (), waiting_cap)
+        waiting, capped = (
+            (_waiting(kind, name, pending or ()), False)
+            if kind in (QUEUE, WORK_TYPE)
+            else keys[name]
+        )
         rows.append(
             RateRow(
                 bucket=b.bucket,
