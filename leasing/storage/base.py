@@ -15,8 +15,9 @@ Every lease time is the database clock, fixed for the statement.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -206,6 +207,11 @@ class Storage(ABC):
     def in_claim_order(self, statement: str) -> str:
         """A claim statement made to walk the claim index in order."""
         return statement
+
+    @contextlib.contextmanager
+    def serial_reads(self) -> Iterator[None]:
+        """The console's reads of one page, each run by one process (no parallel workers)."""
+        yield
 
     @abstractmethod
     def claim(

@@ -13,6 +13,7 @@ from django.test import Client
 from leasing import LeaseManager, create_checkpoint, enqueue
 from leasing import console as dashboard
 from leasing.console import census
+from leasing.console import dashboard as dashboard_module
 from leasing.models import Worker, WorkItem
 from tests.support.admin import (
     PAYLOAD,
@@ -284,6 +285,31 @@ def test_timeline_is_in_sequence_order_and_redacted_unless_asked():
     full = dashboard.task_timeline("task-t", include_payloads=True, limit=2)
     assert [e.snapshot["step"] for e in full.entries] == [1, 2]  # the newest two
     assert full.total == 3 and full.truncated
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db  # in the test's transaction: the caller's setting must come back
+def test_the_dashboard_reads_without_parallel_workers_and_restores_the_callers_setting(
+    monkeypatch,
+):
+    def parallel_workers() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW max_parallel_workers_per_gather")
+            return str(cursor.fetchone()[0])
+
+    seen = []
+    real = dashboard_module.pending_pairs
+
+    def spy(**kwargs):
+        seen.append(parallel_workers())
+        return real(**kwargs)
+
+    monkeypatch.setattr(dashboard_module, "pending_pairs", spy)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 3")
+    dashboard.build_dashboard()
+    assert seen == ["0"]
+    assert parallel_workers() == "3"
 
 
 # --- the monitoring queries ----------------------------------------------------------

@@ -271,18 +271,18 @@ def finished_groups(
     """The items finished in [start, end), grouped per bucket of `step` from `origin`.
 
     `quarter` (0-3) is the quarter of the hour, which places the items in a
-    local hour of any time zone.
+    local hour of any time zone. Seconds are read with `date_part` (float8):
+    `extract` computes a numeric, several times slower over a window's rows.
     """
     where, params = finished_range(d, start, end)
     sql = f"""
         SELECT date_bin(%s, completed_at, %s) AS bucket,
-               floor(extract(epoch FROM completed_at))::bigint %% 3600 / 900 AS quarter,
+               floor(date_part('epoch', completed_at))::bigint %% 3600 / 900 AS quarter,
                queue_name, work_type, status, retry_count, {BUCKET_SQL} AS run_bucket,
                count(*) AS n, coalesce(sum(run), 0) AS run_seconds
         FROM (SELECT completed_at, queue_name, work_type, status, retry_count,
                      CASE WHEN status = {COMPLETED} AND lease_acquired_at IS NOT NULL
-                          THEN greatest(
-                              extract(epoch FROM completed_at - lease_acquired_at)::float8, 0)
+                          THEN greatest(date_part('epoch', completed_at - lease_acquired_at), 0)
                      END AS run
               FROM work_items WHERE {where}) AS finished
         GROUP BY 1, 2, 3, 4, 5, 6, 7
