@@ -119,6 +119,7 @@ def _dashboard(
             using=using,
             pending=pairs,
             finished=window,
+            pauses=pauses,
         ),
         sweep=sweep_health(now=now, using=using),
         workers=workers,
