@@ -200,7 +200,7 @@ def status_count(status: str, *, using: str = "default") -> tuple[int, bool]:
     storage = storage_for(using)
     if not storage.estimates_rows:
         return rows.count(), False
-    estimate = storage.estimated_rows(rows)
+    estimate = storage.estimated_rows(rows.values("pk"))  # the rows' number, not their columns
     if estimate > 2 * EXACT_COUNT_LIMIT:
         return estimate, True
     capped = rows.values("pk")[: EXACT_COUNT_LIMIT + 1].count()
