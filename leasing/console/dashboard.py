@@ -7,7 +7,6 @@ from datetime import datetime
 
 from ..sql.runner import database_now
 from ..states import WorkItemStatus
-from ..storage import storage_for
 from .backlog import Backlog, Throughput, active_pauses, backlog, pending_pairs, throughput
 from .census import FINISHED, RetryDistribution, StatusCounts, status_count
 from .fairness import FairQueue, fair_queue_table
@@ -71,17 +70,6 @@ def build_dashboard(
     """
     # Measured first: the figures below are at least this old.
     replica = replica_lag(using, primary=primary) if using != primary else None
-    with storage_for(using).serial_reads():
-        return _dashboard(replica, include_payloads, window_minutes, recoveries, using)
-
-
-def _dashboard(
-    replica: ReplicaLag | None,
-    include_payloads: bool,
-    window_minutes: int,
-    recoveries: int,
-    using: str,
-) -> Dashboard:
     now = database_now(using)
     workers, orphans = live_workers(now=now, using=using)
     health = lease_health(using=using)

@@ -9,11 +9,12 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from leasing import LeaseManager, create_checkpoint, enqueue
 from leasing import console as dashboard
 from leasing.console import census
-from leasing.console import dashboard as dashboard_module
+from leasing.console.backlog import pending_pairs
 from leasing.models import Worker, WorkItem
 from tests.support.admin import (
     PAYLOAD,
@@ -288,28 +289,34 @@ def test_timeline_is_in_sequence_order_and_redacted_unless_asked():
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db  # in the test's transaction: the caller's setting must come back
-def test_the_dashboard_reads_without_parallel_workers_and_restores_the_callers_setting(
-    monkeypatch,
-):
-    def parallel_workers() -> str:
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW max_parallel_workers_per_gather")
-            return str(cursor.fetchone()[0])
-
-    seen = []
-    real = dashboard_module.pending_pairs
-
-    def spy(**kwargs):
-        seen.append(parallel_workers())
-        return real(**kwargs)
-
-    monkeypatch.setattr(dashboard_module, "pending_pairs", spy)
+def test_the_pending_pairs_are_read_without_parallel_workers():
+    for n in range(3):
+        enqueue(f"p{n}", "send_invoice", {})
+    enqueue("q0", "resize_image", {}, queue_name="media")
+    with connection.cursor() as cursor:  # a planner that reads them in parallel if it may
+        cursor.execute("SELECT current_setting('server_version_num')::int")
+        force = "debug_parallel_query" if cursor.fetchone()[0] >= 160000 else "force_parallel_mode"
+        cursor.execute(f"SET LOCAL {force} = on")
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        before = cursor.fetchone()[0]
+    with CaptureQueriesContext(connection) as captured:
+        pairs = pending_pairs()
+    assert {(p.queue_name, p.work_type, p.pending) for p in pairs} == {
+        ("default", "send_invoice", 3),
+        ("media", "resize_image", 1),
+    }
+    [sent] = [q["sql"] for q in captured.captured_queries if "MIN(" in q["sql"]]
+    setting, read, restore = sent.split("; ")
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 3")
-    dashboard.build_dashboard()
-    assert seen == ["0"]
-    assert parallel_workers() == "3"
+        cursor.execute(f"EXPLAIN {read}")
+        alone = " ".join(row[0] for row in cursor.fetchall())
+        cursor.execute(f"{setting}; EXPLAIN {read}; {restore}")
+        cursor.nextset()
+        sent_plan = " ".join(row[0] for row in cursor.fetchall())
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        after = cursor.fetchone()[0]
+    assert "Gather" in alone and "Gather" not in sent_plan
+    assert after == before  # the caller's transaction goes on with its own setting
 
 
 # --- the monitoring queries ----------------------------------------------------------

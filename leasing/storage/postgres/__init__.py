@@ -11,9 +11,8 @@ The statements only this database runs are in this package's modules:
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -167,35 +166,22 @@ class PostgresStorage(Storage):
         restore = "; ".join(f"SET LOCAL {name} TO DEFAULT" for name in CLAIM_PLANNER_OFF)
         return f"{switch_off} {statement}; {restore}"
 
-    @contextlib.contextmanager
-    def serial_reads(self) -> Iterator[None]:
-        """The console's reads of one page, without parallel workers.
+    def without_parallel_workers(self, statement: str) -> str:
+        """Run a console read without parallel workers, whatever the planner estimates.
 
-        Its largest reads (the pending items per queue and type, a window's
-        finished items) are planned parallel at a million rows, yet they take
-        tens of milliseconds: starting workers costs about what it saves on an
-        idle server, and on a busy one the page waits for CPUs the workers'
-        claims need. `max_parallel_workers_per_gather` is set for a transaction
-        around the reads (`SET LOCAL`: no session state, safe behind a
-        transaction pooler) and set back after them when the transaction is the
-        caller's.
+        The pending items per queue and type are planned parallel at a million
+        rows, yet the read takes tens of milliseconds: starting workers costs
+        about what it saves on an idle server, and on a busy one the page
+        waits for CPUs the workers' claims need. As `in_claim_order` does: `SET
+        LOCAL` in the same round trip, restored after the statement inside a
+        transaction of the caller's; needs client-side parameter binding.
         """
-        connection = connections[self.using]
-        outer = self._in_transaction()
-        with transaction.atomic(using=self.using):
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT current_setting('max_parallel_workers_per_gather'), "
-                    "set_config('max_parallel_workers_per_gather', '0', true)"
-                )
-                previous = cursor.fetchone()[0]
-            yield
-            if outer:
-                with connection.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT set_config('max_parallel_workers_per_gather', %s, true)",
-                        [previous],
-                    )
+        if self._server_side_binding():
+            return statement
+        setting = "max_parallel_workers_per_gather"
+        if not self._in_transaction():
+            return f"SET LOCAL {setting} = 0; {statement}"
+        return f"SET LOCAL {setting} = 0; {statement}; SET LOCAL {setting} TO DEFAULT"
 
     def _in_transaction(self) -> bool:
         """The statement runs inside a transaction that goes on after it.
