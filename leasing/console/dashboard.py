@@ -12,7 +12,14 @@ from .census import FINISHED, RetryDistribution, StatusCounts, status_count
 from .fairness import FairQueue, fair_queue_table
 from .finished import finished_for, is_rolled
 from .leases import LeaseHealthSummary, lease_health
-from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
+from .processes import (
+    HolderLeases,
+    ProcessInfo,
+    SweepHealth,
+    live_holder_ids,
+    live_workers,
+    sweep_health,
+)
 from .queues import QueueRow, queue_table
 from .rates import WAITING_CAP, RateRow, rate_table
 from .replica import ReplicaLag, replica_lag
@@ -72,7 +79,7 @@ def build_dashboard(
     replica = replica_lag(using, primary=primary) if using != primary else None
     now = database_now(using)
     workers, orphans = live_workers(now=now, using=using)
-    health = lease_health(using=using)
+    health = lease_health(using=using, holders=live_holder_ids(workers))
     pairs = pending_pairs(using=using)  # read once: the backlog and the queue table
     pauses = active_pauses(using=using)
     pending = backlog(now=now, using=using, pairs=pairs, pauses=pauses)
@@ -117,6 +124,6 @@ def build_dashboard(
         ),
         replica=replica,
         rolled_from=window.start if is_rolled(window_minutes) else None,
-        rate_limits=rate_table(using=using, pending=pairs, waiting_cap=WAITING_CAP),
+        rate_limits=rate_table(using=using, pending=pairs, waiting_cap=WAITING_CAP, now=now),
         fair_queues=fair_queue_table(now=now, using=using),
     )

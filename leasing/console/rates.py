@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ..conf import get_settings
@@ -78,16 +79,21 @@ def rate_table(
     *,
     pending: Sequence[PendingPair] | None = None,
     waiting_cap: int | None = None,
+    now: datetime | None = None,
 ) -> tuple[RateRow, ...]:
     """Every bucket's figures at the database clock (the closed first, at most `MOST`).
 
     `pending`: the per-(queue, work type) pending counts, when the caller has read them
     (`backlog.pending_pairs`); `waiting_cap`: the most items counted per rate key (the
-    dashboard's `WAITING_CAP`; None, as /metrics asks: every one).
+    dashboard's `WAITING_CAP`; None, as /metrics asks: every one); `now`: the caller's
+    reading of the database clock, read here unless given.
     """
-    d = storage_for(using)
-    row: dict[str, Any] | None = run_one(using, (f"SELECT {d.epoch(d.now)} AS now", []))
-    now = float(row["now"]) if row else 0.0
+    if now is None:
+        d = storage_for(using)
+        row: dict[str, Any] | None = run_one(using, (f"SELECT {d.epoch(d.now)} AS now", []))
+        seconds = float(row["now"]) if row else 0.0
+    else:
+        seconds = now.timestamp()
     configured = get_settings().rate_limits
     rows = []
     buckets = list(RateBucket.objects.using(using).order_by("-next_at", "bucket")[:MOST])
@@ -104,7 +110,7 @@ def rate_table(
         stored = None
         if b.limit_count is not None and b.period_seconds is not None and b.burst is not None:
             stored = RateLimit(b.limit_count, b.period_seconds, b.burst)
-        closed = b.next_at > now
+        closed = b.next_at > seconds
         waiting, capped = (
             (_waiting(kind, name, pending or ()), False)
             if kind in (QUEUE, WORK_TYPE)
@@ -117,11 +123,11 @@ def rate_table(
                 name=name,
                 limit=limit_of(b.bucket, stored, configured),
                 per_second=round(
-                    current_rate(b.window_start, b.window_admitted, b.previous_admitted, now), 2
+                    current_rate(b.window_start, b.window_admitted, b.previous_admitted, seconds), 2
                 ),
                 admitted=b.admitted,
                 closed=closed,
-                opens_in_seconds=max(0.0, b.next_at - now) if closed else 0.0,
+                opens_in_seconds=max(0.0, b.next_at - seconds) if closed else 0.0,
                 waiting=waiting,
                 waiting_capped=capped,
             )
