@@ -8,7 +8,7 @@ from datetime import datetime
 from ..sql.runner import database_now
 from ..states import WorkItemStatus
 from .backlog import Backlog, Throughput, active_pauses, backlog, pending_pairs, throughput
-from .census import FINISHED, RetryDistribution, StatusCounts, status_count
+from .census import FINISHED, RetryDistribution, StatusCounts, status_counts
 from .fairness import FairQueue, fair_queue_table
 from .finished import finished_for, is_rolled
 from .leases import LeaseHealthSummary, lease_health
@@ -67,7 +67,7 @@ def build_dashboard(
 
     Items by status: pending from the backlog, in progress from lease
     health, completed and failed exactly while small, else estimated
-    (`census.status_count`). Every figure of the items finished in the
+    (`census.status_counts`). Every figure of the items finished in the
     window (throughput, retries, the queue table's counts and run times)
     comes from one grouped read (`console.finished`): no figure reads the
     whole history, and a day or a week reads the hourly rollup.
@@ -84,10 +84,7 @@ def build_dashboard(
     pauses = active_pauses(using=using)
     pending = backlog(now=now, using=using, pairs=pairs, pauses=pauses)
     window = finished_for(window_minutes=window_minutes, now=now, using=using)
-    totals = {
-        status: status_count(status, using=using)
-        for status in (*FINISHED, WorkItemStatus.CANCELLED)
-    }
+    totals = status_counts((*FINISHED, WorkItemStatus.CANCELLED), using=using)
     statuses = StatusCounts(
         pending=pending.pending,
         in_progress=health.active,

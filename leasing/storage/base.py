@@ -313,6 +313,10 @@ class Storage(ABC):
         """The planner's estimate of a queryset's rows (where `estimates_rows`)."""
         raise NotImplementedError
 
+    def estimated_rows_many(self, querysets: Sequence[QuerySet[Any]]) -> list[int]:
+        """The planner's estimate of each queryset's rows (where `estimates_rows`)."""
+        return [self.estimated_rows(queryset) for queryset in querysets]
+
     def replication(self) -> tuple[bool, str | None, str | None, float | None, bool] | None:
         """This alias as a replica: (in recovery, replayed, received, age s, paused);
         None where the database does not replicate."""

@@ -168,6 +168,16 @@ def test_the_dashboard_retry_distribution_is_that_of_its_window(viewer):
     assert "in the last 1 h, by number of retries" in html
 
 
+def test_the_status_counts_are_read_in_two_round_trips_at_most():
+    for n in range(3):
+        finish(f"done-{n}")
+    finish("gone", success=False)
+    with CaptureQueriesContext(connection) as captured:
+        counts = census.status_counts(("completed", "failed", "cancelled"))
+    assert counts == {"completed": (3, False), "failed": (1, False), "cancelled": (0, False)}
+    assert len(captured.captured_queries) <= 2  # estimates, then the capped counts
+
+
 @pytest.mark.postgres
 def test_large_finished_counts_are_the_planners_estimate_and_say_so(monkeypatch, viewer):
     for n in range(6):
