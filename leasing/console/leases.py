@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
-from django.db.models import Count, Q
+from django.db.models import Case, Count, DurationField, Q, Value, When
 from django.db.models.functions import Now
 
 from ..conf import get_settings
@@ -54,19 +55,27 @@ def stale_thresholds() -> dict[str, float]:
     return {t: s for t in registry.work_types() if (s := stale_after(t)) != default}
 
 
-def _older_than(column: str, seconds: float) -> Q:
-    return Q(**{f"{column}__lt": Now() - timedelta(seconds=seconds)})
-
-
 def beat_older_than_threshold(
     column: str = "heartbeat_at", thresholds: Mapping[str, float] | None = None
 ) -> Q:
-    """`column` older than the row's work type's stale threshold (one SQL condition)."""
+    """`column` older than the row's work type's stale threshold (one SQL condition).
+
+    The threshold is one CASE on the work type: a page's conditions repeat
+    this one several times, and a branch per work type cost more to build
+    than the read to run.
+    """
     thresholds = stale_thresholds() if thresholds is None else thresholds
-    condition = ~Q(work_type__in=list(thresholds)) & _older_than(column, stale_after())
-    for work_type, seconds in thresholds.items():
-        condition |= Q(work_type=work_type) & _older_than(column, seconds)
-    return condition
+    threshold: Any = Value(timedelta(seconds=stale_after()), output_field=DurationField())
+    if thresholds:
+        threshold = Case(
+            *(
+                When(work_type=work_type, then=Value(timedelta(seconds=seconds)))
+                for work_type, seconds in thresholds.items()
+            ),
+            default=threshold,
+            output_field=DurationField(),
+        )
+    return Q(**{f"{column}__lt": Now() - threshold})
 
 
 def live_holders(*, using: str = "default") -> list[str]:
