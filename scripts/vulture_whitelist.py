@@ -117,6 +117,7 @@ _.disable_selected
 _.percent  # templatetags/leasing_console.py: @register
 _.leasing_liveness
 _.leasing_lease_links
+_.leasing_worker_row
 _.leasing_tools_in_content
 _.leasing_nonce_attr
 _.leasing_date_hierarchy  # admin/leasing/change_list.html

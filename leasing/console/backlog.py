@@ -10,8 +10,9 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import Now
 
 from ..models import Pause, WorkItem, WorkItemStatus
-from ..sql.runner import database_now
+from ..sql.runner import database_now, run, to_datetime
 from ..states import PauseKind
+from ..storage import storage_for
 from .census import CompletedAndFailed, FinishedTotals
 from .durations import age
 from .finished import FinishedWindow, finished_for, per_bucket
@@ -71,8 +72,7 @@ def pending_pairs(*, using: str = "default") -> tuple[PendingPair, ...]:
     """
     pending = WorkItem.objects.using(using).pending().order_by()
     claimable = Q(run_after__isnull=True) | Q(run_after__lte=Now())
-    pairs: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in (
+    unblocked = (
         pending.filter(dependencies_left=0)
         .values("queue_name", "work_type")
         .annotate(
@@ -80,7 +80,13 @@ def pending_pairs(*, using: str = "default") -> tuple[PendingPair, ...]:
             deferred=Count("run_after", filter=Q(run_after__gt=Now())),
             oldest=Min("created_at", filter=claimable),
         )
-    ):
+    )
+    # Read by one process: planned parallel at a million rows (`without_parallel_workers`).
+    sql, params = unblocked.query.get_compiler(using=using).as_sql()
+    statement = (storage_for(using).without_parallel_workers(sql), list(params))
+    pairs: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in run(using, statement):
+        r["oldest"] = to_datetime(r["oldest"])
         pairs[(r["queue_name"], r["work_type"])] = {**r, "blocked": 0}
     for b in (
         pending.filter(dependencies_left__gt=0)

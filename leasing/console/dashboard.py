@@ -8,11 +8,18 @@ from datetime import datetime
 from ..sql.runner import database_now
 from ..states import WorkItemStatus
 from .backlog import Backlog, Throughput, active_pauses, backlog, pending_pairs, throughput
-from .census import FINISHED, RetryDistribution, StatusCounts, status_count
+from .census import FINISHED, RetryDistribution, StatusCounts, status_counts
 from .fairness import FairQueue, fair_queue_table
 from .finished import finished_for, is_rolled
 from .leases import LeaseHealthSummary, lease_health
-from .processes import HolderLeases, ProcessInfo, SweepHealth, live_workers, sweep_health
+from .processes import (
+    HolderLeases,
+    ProcessInfo,
+    SweepHealth,
+    live_holder_ids,
+    live_workers,
+    sweep_health,
+)
 from .queues import QueueRow, queue_table
 from .rates import WAITING_CAP, RateRow, rate_table
 from .replica import ReplicaLag, replica_lag
@@ -60,7 +67,7 @@ def build_dashboard(
 
     Items by status: pending from the backlog, in progress from lease
     health, completed and failed exactly while small, else estimated
-    (`census.status_count`). Every figure of the items finished in the
+    (`census.status_counts`). Every figure of the items finished in the
     window (throughput, retries, the queue table's counts and run times)
     comes from one grouped read (`console.finished`): no figure reads the
     whole history, and a day or a week reads the hourly rollup.
@@ -72,15 +79,12 @@ def build_dashboard(
     replica = replica_lag(using, primary=primary) if using != primary else None
     now = database_now(using)
     workers, orphans = live_workers(now=now, using=using)
-    health = lease_health(using=using)
+    health = lease_health(using=using, holders=live_holder_ids(workers))
     pairs = pending_pairs(using=using)  # read once: the backlog and the queue table
     pauses = active_pauses(using=using)
     pending = backlog(now=now, using=using, pairs=pairs, pauses=pauses)
     window = finished_for(window_minutes=window_minutes, now=now, using=using)
-    totals = {
-        status: status_count(status, using=using)
-        for status in (*FINISHED, WorkItemStatus.CANCELLED)
-    }
+    totals = status_counts((*FINISHED, WorkItemStatus.CANCELLED), using=using)
     statuses = StatusCounts(
         pending=pending.pending,
         in_progress=health.active,
@@ -107,6 +111,7 @@ def build_dashboard(
             using=using,
             pending=pairs,
             finished=window,
+            pauses=pauses,
         ),
         sweep=sweep_health(now=now, using=using),
         workers=workers,
@@ -116,6 +121,6 @@ def build_dashboard(
         ),
         replica=replica,
         rolled_from=window.start if is_rolled(window_minutes) else None,
-        rate_limits=rate_table(using=using, pending=pairs, waiting_cap=WAITING_CAP),
+        rate_limits=rate_table(using=using, pending=pairs, waiting_cap=WAITING_CAP, now=now),
         fair_queues=fair_queue_table(now=now, using=using),
     )

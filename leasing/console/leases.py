@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
-from django.db.models import Count, Q
+from django.db.models import Case, Count, DurationField, Q, Value, When
 from django.db.models.functions import Now
 
 from ..conf import get_settings
@@ -54,19 +55,27 @@ def stale_thresholds() -> dict[str, float]:
     return {t: s for t in registry.work_types() if (s := stale_after(t)) != default}
 
 
-def _older_than(column: str, seconds: float) -> Q:
-    return Q(**{f"{column}__lt": Now() - timedelta(seconds=seconds)})
-
-
 def beat_older_than_threshold(
     column: str = "heartbeat_at", thresholds: Mapping[str, float] | None = None
 ) -> Q:
-    """`column` older than the row's work type's stale threshold (one SQL condition)."""
+    """`column` older than the row's work type's stale threshold (one SQL condition).
+
+    The threshold is one CASE on the work type: a page's conditions repeat
+    this one several times, and a branch per work type cost more to build
+    than the read to run.
+    """
     thresholds = stale_thresholds() if thresholds is None else thresholds
-    condition = ~Q(work_type__in=list(thresholds)) & _older_than(column, stale_after())
-    for work_type, seconds in thresholds.items():
-        condition |= Q(work_type=work_type) & _older_than(column, seconds)
-    return condition
+    threshold: Any = Value(timedelta(seconds=stale_after()), output_field=DurationField())
+    if thresholds:
+        threshold = Case(
+            *(
+                When(work_type=work_type, then=Value(timedelta(seconds=seconds)))
+                for work_type, seconds in thresholds.items()
+            ),
+            default=threshold,
+            output_field=DurationField(),
+        )
+    return Q(**{f"{column}__lt": Now() - threshold})
 
 
 def live_holders(*, using: str = "default") -> list[str]:
@@ -112,12 +121,16 @@ class LeaseConditions:
         return Q(lease_expires_at__lt=Now())
 
     @property
-    def no_progress(self) -> Q:
-        progress_old = beat_older_than_threshold("progress_at", self.thresholds) | (
+    def progress_old(self) -> Q:
+        """The handler has not beaten for the threshold (never: counted from the claim)."""
+        return beat_older_than_threshold("progress_at", self.thresholds) | (
             Q(progress_at__isnull=True)
             & beat_older_than_threshold("lease_acquired_at", self.thresholds)
         )
-        return self.healthy & progress_old
+
+    @property
+    def no_progress(self) -> Q:
+        return self.healthy & self.progress_old
 
 
 def lease_conditions(
@@ -184,19 +197,37 @@ def lease_health(
     """One pass over the in-progress rows (the `in_progress` partial index).
 
     `holders`: the ids of the live workers when the caller has read them.
+    Grouped per holder, whose liveness is then looked up here: the conditions
+    stay free of the list of live holders, which made building the query cost
+    more than running it.
     """
     c = lease_conditions(using=using, holders=holders)
-    row = (
+    live = set(c.holders)
+    fresh = c.live & ~c.stale_beat
+    rows = (
         WorkItem.objects.using(using)
         .in_progress()
-        .aggregate(
+        .order_by()
+        .values("lease_holder")
+        .annotate(
             active=Count("*"),
             stale=Count("pk", filter=c.stale_beat),
-            healthy=Count("pk", filter=c.healthy),
-            stale_live=Count("pk", filter=c.stale_live),
-            at_risk=Count("pk", filter=c.at_risk),
+            fresh=Count("pk", filter=fresh),
+            stale_live=Count("pk", filter=c.live & c.stale_beat),
             expired=Count("pk", filter=c.expired),
-            no_progress=Count("pk", filter=c.no_progress),
+            no_progress=Count("pk", filter=fresh & c.progress_old),
         )
     )
-    return LeaseHealthSummary(stale_after_seconds=stale_after(), thresholds=c.thresholds, **row)
+    totals = dict.fromkeys(("active", "stale", "healthy", "stale_live", "expired"), 0)
+    totals |= {"no_progress": 0, "at_risk": 0}
+    for row in rows:
+        totals["active"] += row["active"]
+        totals["stale"] += row["stale"]
+        totals["expired"] += row["expired"]
+        if row["lease_holder"] in live:
+            totals["healthy"] += row["fresh"]
+            totals["stale_live"] += row["stale_live"]
+            totals["no_progress"] += row["no_progress"]
+        else:  # nothing renews them, whatever their heartbeat says
+            totals["at_risk"] += row["fresh"] + row["stale_live"]
+    return LeaseHealthSummary(stale_after_seconds=stale_after(), thresholds=c.thresholds, **totals)

@@ -11,7 +11,7 @@ from django.db.models import Case, Count, F, Q, Sum, When, Window
 from django.db.models.functions import Now, RowNumber
 
 from ..conf import get_settings
-from ..models import Worker, WorkerRole, WorkItem
+from ..models import Worker, WorkerRole, WorkerStatus, WorkItem
 from ..sql.runner import database_now
 from .durations import age, duration
 from .liveness import SILENT_AFTER, Liveness, liveness
@@ -220,6 +220,8 @@ class HolderLeases:
 
 
 LEASE_IDS_SHOWN = 3
+# The running and stopping workers `live_workers` reads.
+WORKERS_LISTED = 200
 
 
 def live_workers(
@@ -277,7 +279,10 @@ def live_workers(
         )
 
     rows = list(
-        Worker.objects.using(using).workers().alive().order_by("hostname", "worker_id")[:200]
+        Worker.objects.using(using)
+        .workers()
+        .alive()
+        .order_by("hostname", "worker_id")[:WORKERS_LISTED]
     )
     workers = [with_leases(row) for row in rows]
     # Holders whose row says they are gone: shown until their leases are recovered.
@@ -297,6 +302,20 @@ def live_workers(
     # any with expired leases, then the others in host order.
     workers.sort(key=lambda w: (not w.leases_at_risk, not w.liveness.silent, not w.problem))
     return tuple(workers), orphans
+
+
+def live_holder_ids(workers: tuple[ProcessInfo, ...]) -> list[str] | None:
+    """The ids of the workers alive now, from `live_workers`' rows (the holders
+    `leases.lease_health` judges leases by, read once for the page); None when it read
+    as many running or stopping workers as it lists, and others may be alive."""
+    listed = [
+        w
+        for w in workers
+        if w.role == WorkerRole.WORKER and w.status in (WorkerStatus.RUNNING, WorkerStatus.STOPPING)
+    ]
+    if len(listed) >= WORKERS_LISTED:
+        return None
+    return [w.worker_id for w in listed if w.liveness.alive]
 
 
 # --- counters for /metrics -----------------------------------------------------------------------

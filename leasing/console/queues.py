@@ -23,10 +23,10 @@ from typing import Any
 from django.db.models import Count
 
 from ..conf import get_settings
-from ..models import Pause, WorkItem, WorkItemStatus
+from ..models import WorkItem, WorkItemStatus
 from ..services.rollups import FinishedGroup, finished_groups
 from ..states import PauseKind
-from .backlog import PendingPair, pending_pairs
+from .backlog import Pauses, PendingPair, active_pauses, pending_pairs
 from .durations import age
 from .finished import FinishedWindow, histogram_percentile, merge
 from .processes import ProcessInfo
@@ -103,12 +103,14 @@ def queue_table(
     using: str = "default",
     pending: tuple[PendingPair, ...] | None = None,
     finished: FinishedWindow | None = None,
+    pauses: Pauses | None = None,
 ) -> tuple[QueueRow, ...]:
     """Every (queue, work type) pair with work, unserved pairs first, then by backlog.
 
     `pending`: the pairs' pending items when the caller has read them already
     (`backlog.pending_pairs`); `finished`: the window's finished groups
-    (`console.finished`), read here from `window_start` on unless given.
+    (`console.finished`), read here from `window_start` on unless given;
+    `pauses`: the active pauses (`backlog.active_pauses`), read here unless given.
     """
     parts: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -135,7 +137,7 @@ def queue_table(
         fields["retrying"] = retried["items"]
         fields["failed_attempts"] = fields.get("failed_attempts", 0) + retried["attempts"]
     live = [w for w in workers if w.liveness.alive]
-    gates = _gates(parts.values(), using)
+    gates = _gates(parts.values(), active_pauses(using=using) if pauses is None else pauses)
     built = []
     for (queue_name, work_type), values in parts.items():
         serving = tuple(w.worker_id for w in live if serves(w, queue_name, work_type))
@@ -151,9 +153,8 @@ def queue_table(
     return tuple(built[:ROWS_SHOWN])
 
 
-def _gates(rows: Iterable[dict[str, Any]], using: str) -> Any:
+def _gates(rows: Iterable[dict[str, Any]], paused: Pauses) -> Any:
     """The pause and limit fields of a row, from the active pauses and the settings."""
-    paused = set(Pause.objects.using(using).active().values_list("kind", "name"))
     conf = get_settings()
     by_queue: dict[str, int] = defaultdict(int)
     by_type: dict[str, int] = defaultdict(int)

@@ -207,6 +207,10 @@ class Storage(ABC):
         """A claim statement made to walk the claim index in order."""
         return statement
 
+    def without_parallel_workers(self, statement: str) -> str:
+        """A console read run by one process, whatever the planner estimates."""
+        return statement
+
     @abstractmethod
     def claim(
         self,
@@ -308,6 +312,10 @@ class Storage(ABC):
     def estimated_rows(self, queryset: QuerySet[Any]) -> int:
         """The planner's estimate of a queryset's rows (where `estimates_rows`)."""
         raise NotImplementedError
+
+    def estimated_rows_many(self, querysets: Sequence[QuerySet[Any]]) -> list[int]:
+        """The planner's estimate of each queryset's rows (where `estimates_rows`)."""
+        return [self.estimated_rows(queryset) for queryset in querysets]
 
     def replication(self) -> tuple[bool, str | None, str | None, float | None, bool] | None:
         """This alias as a replica: (in recovery, replayed, received, age s, paused);

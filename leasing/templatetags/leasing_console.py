@@ -7,7 +7,7 @@ from typing import Any
 from django import template
 from django.utils.dateformat import format as format_date
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import localtime
 
 from ..admin.display import badge
@@ -45,7 +45,7 @@ def percent(fraction: Any) -> str:
     return f"{100 * fraction:.1f} %"
 
 
-# The dashboard's process tables render these cells in Python: with many workers
+# The dashboard's process tables render these cells and rows in Python: with many workers
 # and lease links, an `{% include %}` per row and a loop per link were a large
 # share of the page's time.
 
@@ -131,6 +131,79 @@ def leasing_lease_links(row: dict[str, Any]) -> SafeString:
     if row["more_url"] is None:
         return links
     return format_html('{}<a href="{}">all {}…</a>', links, row["more_url"], row["lease_count"])
+
+
+@register.simple_tag
+def leasing_worker_row(row: dict[str, Any]) -> SafeString:
+    """One row of the dashboard's workers table (`admin/leasing/dashboard/workers.html`):
+    the worker, its status and liveness, leases, runs, counters and lease links."""
+    w = row["process"]
+    if w.problem:
+        name = format_html(
+            '<a class="leasing-nowrap" href="{}">{}</a>'
+            '<span class="leasing-sub" title="concurrency {}">{}, pid {}</span>',
+            row["url"],
+            w.worker_id,
+            w.concurrency,
+            w.hostname,
+            w.pid,
+        )
+    else:
+        name = format_html(
+            '<a class="leasing-nowrap" href="{}" title="{}, pid {}, concurrency {}">{}</a>',
+            row["url"],
+            w.hostname,
+            w.pid,
+            w.concurrency,
+            w.worker_id,
+        )
+    expired = (
+        format_html(
+            ' <span class="leasing-expired leasing-sub">{} expired</span>', w.expired_lease_count
+        )
+        if w.expired_lease_count
+        else ""
+    )
+    runs = format_html(
+        '<span class="leasing-nowrap">{} busy, {} idle</span>', w.runs_busy, w.runs_idle
+    )
+    if w.runs_abandoned:
+        runs += format_html(
+            ' <span class="leasing-bad-text leasing-nowrap" title="fenced out (timed out, lease'
+            ' lost); the handler thread still runs">{} abandoned</span>',
+            w.runs_abandoned,
+        )
+    if w.requested_action:
+        runs += format_html(
+            ' <span class="leasing-badge leasing-worker-stopping" title="asked by {}: {}">'
+            "{} requested</span>",
+            w.requested_by,
+            w.request_reason,
+            w.requested_action,
+        )
+    elif w.quiet_since:
+        runs += mark_safe(' <span class="leasing-badge leasing-worker-stopping">quiet</span>')
+    return format_html(
+        '<tr class="{}" data-worker="{}" data-at-risk="{}">\n'
+        "        <td>{}</td>\n"
+        "        <td>{}</td>\n"
+        '        <td class="num">{}{}</td>\n'
+        '        <td class="leasing-worker-runs">{}</td>\n'
+        '        <td class="num leasing-nowrap">{} / {}</td>\n'
+        '        <td class="leasing-lease-ids">{}</td>\n'
+        "      </tr>\n",
+        "leasing-row-bad" if w.liveness.silent or w.leases_at_risk else "",
+        w.worker_id,
+        "yes" if w.leases_at_risk else "no",
+        name,
+        leasing_liveness(w, compact=True),
+        w.lease_count,
+        expired,
+        runs,
+        w.items_completed,
+        w.items_failed,
+        leasing_lease_links(row),
+    )
 
 
 @register.simple_tag

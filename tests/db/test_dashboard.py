@@ -9,10 +9,12 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from leasing import LeaseManager, create_checkpoint, enqueue
 from leasing import console as dashboard
 from leasing.console import census
+from leasing.console.backlog import pending_pairs
 from leasing.models import Worker, WorkItem
 from tests.support.admin import (
     PAYLOAD,
@@ -166,6 +168,16 @@ def test_the_dashboard_retry_distribution_is_that_of_its_window(viewer):
     assert "in the last 1 h, by number of retries" in html
 
 
+def test_the_status_counts_are_read_in_two_round_trips_at_most():
+    for n in range(3):
+        finish(f"done-{n}")
+    finish("gone", success=False)
+    with CaptureQueriesContext(connection) as captured:
+        counts = census.status_counts(("completed", "failed", "cancelled"))
+    assert counts == {"completed": (3, False), "failed": (1, False), "cancelled": (0, False)}
+    assert len(captured.captured_queries) <= 2  # estimates, then the capped counts
+
+
 @pytest.mark.postgres
 def test_large_finished_counts_are_the_planners_estimate_and_say_so(monkeypatch, viewer):
     for n in range(6):
@@ -284,6 +296,37 @@ def test_timeline_is_in_sequence_order_and_redacted_unless_asked():
     full = dashboard.task_timeline("task-t", include_payloads=True, limit=2)
     assert [e.snapshot["step"] for e in full.entries] == [1, 2]  # the newest two
     assert full.total == 3 and full.truncated
+
+
+@pytest.mark.postgres
+def test_the_pending_pairs_are_read_without_parallel_workers():
+    for n in range(3):
+        enqueue(f"p{n}", "send_invoice", {})
+    enqueue("q0", "resize_image", {}, queue_name="media")
+    with connection.cursor() as cursor:  # a planner that reads them in parallel if it may
+        cursor.execute("SELECT current_setting('server_version_num')::int")
+        force = "debug_parallel_query" if cursor.fetchone()[0] >= 160000 else "force_parallel_mode"
+        cursor.execute(f"SET LOCAL {force} = on")
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        before = cursor.fetchone()[0]
+    with CaptureQueriesContext(connection) as captured:
+        pairs = pending_pairs()
+    assert {(p.queue_name, p.work_type, p.pending) for p in pairs} == {
+        ("default", "send_invoice", 3),
+        ("media", "resize_image", 1),
+    }
+    [sent] = [q["sql"] for q in captured.captured_queries if "MIN(" in q["sql"]]
+    setting, read, restore = sent.split("; ")
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {read}")
+        alone = " ".join(row[0] for row in cursor.fetchall())
+        cursor.execute(f"{setting}; EXPLAIN {read}; {restore}")
+        cursor.nextset()
+        sent_plan = " ".join(row[0] for row in cursor.fetchall())
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        after = cursor.fetchone()[0]
+    assert "Gather" in alone and "Gather" not in sent_plan
+    assert after == before  # the caller's transaction goes on with its own setting
 
 
 # --- the monitoring queries ----------------------------------------------------------

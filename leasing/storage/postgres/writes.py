@@ -265,26 +265,45 @@ def trim_checkpoints(d: PostgresStorage, retention: int, since: datetime | None)
     return sql, [*params, retention]
 
 
+# Seconds in a quarter of an hour (`finished_groups`).
+QUARTER_SECONDS = 900
+
+
 def finished_groups(
     d: PostgresStorage, start: datetime, end: datetime | None, step: timedelta, origin: datetime
 ) -> Statement:
     """The items finished in [start, end), grouped per bucket of `step` from `origin`.
 
     `quarter` (0-3) is the quarter of the hour, which places the items in a
-    local hour of any time zone.
+    local hour of any time zone. When every bucket lies inside one quarter
+    hour (the console's windows shorter than a day), it is the bucket's and is
+    computed once per group instead of once per item. Seconds are read with
+    `date_part` (float8): `extract` computes a numeric, several times slower
+    over a window's rows.
     """
     where, params = finished_range(d, start, end)
-    sql = f"""
+    seconds = step.total_seconds()
+    per_bucket = (
+        seconds > 0 and QUARTER_SECONDS % seconds == 0 and origin.timestamp() % seconds == 0
+    )
+    quarter = "floor(date_part('epoch', {}))::bigint %% 3600 / 900"
+    grouped = f"""
         SELECT date_bin(%s, completed_at, %s) AS bucket,
-               floor(extract(epoch FROM completed_at))::bigint %% 3600 / 900 AS quarter,
+               {"0" if per_bucket else quarter.format("completed_at")} AS quarter,
                queue_name, work_type, status, retry_count, {BUCKET_SQL} AS run_bucket,
                count(*) AS n, coalesce(sum(run), 0) AS run_seconds
         FROM (SELECT completed_at, queue_name, work_type, status, retry_count,
                      CASE WHEN status = {COMPLETED} AND lease_acquired_at IS NOT NULL
-                          THEN greatest(
-                              extract(epoch FROM completed_at - lease_acquired_at)::float8, 0)
+                          THEN greatest(date_part('epoch', completed_at - lease_acquired_at), 0)
                      END AS run
               FROM work_items WHERE {where}) AS finished
         GROUP BY 1, 2, 3, 4, 5, 6, 7
     """
+    sql = grouped
+    if per_bucket:
+        sql = f"""
+            SELECT bucket, {quarter.format("bucket")} AS quarter, queue_name, work_type, status,
+                   retry_count, run_bucket, n, run_seconds
+            FROM ({grouped}) AS groups
+        """
     return sql, [step, origin, *params]

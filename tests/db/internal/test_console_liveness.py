@@ -10,8 +10,10 @@ from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 
+from leasing.console import processes
+from leasing.console.leases import lease_health, live_holders
 from leasing.console.liveness import beat_interval
-from leasing.console.processes import LEASE_IDS_SHOWN, live_workers, sweep_health
+from leasing.console.processes import LEASE_IDS_SHOWN, live_holder_ids, live_workers, sweep_health
 from leasing.models import Worker
 from tests.support.admin import VIEW_ALL, claim, dashboard_url, make_user
 from tests.support.helpers import database_now
@@ -65,6 +67,28 @@ def test_a_worker_silent_for_three_intervals_is_red_and_listed_first(leasing_set
     row = re.search(r'<tr class="leasing-row-bad" data-worker="w-dead"[^>]*>(.*?)</tr>', html, re.S)
     assert row and "silent 2 min 31 s" in row.group(1) and lease.work_item_id in row.group(1)
     assert '<tr class="" data-worker="w-ok" data-at-risk="no">' in html
+
+
+def test_the_page_judges_leases_by_the_live_workers_it_listed_unless_it_listed_its_fill(
+    leasing_settings, monkeypatch
+):
+    leasing_settings(HEARTBEAT_INTERVAL=30)
+    process("w-ok", seen=5)
+    process("w-stopping", seen=5, status="stopping")
+    process("w-silent", seen=200)
+    process("w-lost", seen=5, status="lost")
+    process("s-1", seen=5, role="sweeper")
+    for holder in ("w-ok", "w-silent", "w-lost", "s-1", "w-unknown"):
+        claim(f"task-{holder}", holder)
+    workers, _ = live_workers()
+    listed = live_holder_ids(workers)
+    assert listed is not None and sorted(listed) == sorted(live_holders())
+    assert sorted(listed) == ["w-ok", "w-stopping"]
+    assert lease_health(holders=listed) == lease_health()
+    assert (lease_health(holders=listed).at_risk, lease_health().healthy) == (4, 1)
+    # As many running or stopping workers as it reads: others may be alive, unread.
+    monkeypatch.setattr(processes, "WORKERS_LISTED", 2)
+    assert live_holder_ids(live_workers()[0]) is None
 
 
 def test_a_worker_row_links_its_page_its_first_leases_and_all_of_them(leasing_settings, viewer):

@@ -19,11 +19,13 @@ from leasing.exceptions import InvalidInput
 from leasing.models import FinishedHour, WorkItem
 from leasing.services.rollups import (
     GRACE,
+    HOUR,
     KEEP,
     MAX_HOURS_PER_PASS,
     QUARTER,
     ROLLUP,
     ceil_hour,
+    finished_groups,
     floor_hour,
     floor_quarter,
     roll_up_finished_hours,
@@ -100,6 +102,24 @@ def test_the_rollup_folds_each_closed_hour_once():
     again = roll_up_finished_hours()
     assert (again.hours, again.rows, again.through) == (0, 0, closed)
     assert FinishedHour.objects.count() == 2
+
+
+def test_short_buckets_place_their_items_in_the_quarter_of_the_hour_they_finished_in():
+    now = database_now()
+    hour = floor_hour(now) - timedelta(hours=2)
+    for minute in (1, 14, 15, 29, 44, 45, 59):
+        finish(f"q{minute}", now - (hour + timedelta(minutes=minute, seconds=30)))
+    # Five-minute buckets from the hour: each lies in one quarter, read per bucket on
+    # PostgreSQL; the whole hour's bucket counts its quarters item by item.
+    buckets = finished_groups(hour, hour + HOUR, step=timedelta(minutes=5), origin=hour)
+    [whole] = finished_groups(hour, hour + HOUR)
+    by_quarter = [0, 0, 0, 0]
+    for group in buckets:
+        [quarter] = [q for q, n in enumerate(group.quarters) if n]
+        assert group.quarters[quarter] == group.items
+        assert quarter == (group.start - hour) // timedelta(minutes=15)
+        by_quarter[quarter] += group.items
+    assert by_quarter == list(whole.quarters) == [2, 2, 1, 2]
 
 
 def test_the_hour_of_the_mark_is_rolled_up_to_it_and_written_again_whole():
