@@ -113,6 +113,9 @@ class ExecutorPool:
         self.on_output = on_output
         self.on_done = on_done
         self.stopping = stopping
+        # Settings are fixed for a process's life: whether runs are traced is read
+        # once here, not once a run.
+        self.traced = tracing.enabled()
         # Claimed slots waiting for an executor (None: an executor's cue to
         # stop). A claim hands a whole batch over with one wake-up: a queue
         # waking an idle executor per item cost the dispatcher a sixth of its CPU.
@@ -269,7 +272,10 @@ class ExecutorPool:
                     return
                 output_json = answer.output_json
             else:
-                output = tracing.run(self._call, slot, context)
+                if self.traced:
+                    output = tracing.run(self._call, slot, context)
+                else:
+                    output = self._call(slot, context)
                 output_json = validation.payload("handler output", output)
         except BaseException as exc:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
