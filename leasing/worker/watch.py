@@ -56,11 +56,13 @@ class Watch:
                 why = f"timed out after {round(slot.lease.cap_seconds)} s"
                 slot.lose(why)
                 self.recorder.time_out(slot)
+                # Tracked before its executor is replaced: a claim screened in between
+                # must see the run on its executor or among the abandoned ones.
+                self.abandoned.add(slot, why)
                 if slot.executor is not None:  # set with the state, under the table's lock
                     self.pool.retire(
                         slot.executor, f"its handler of {slot.lease.work_item_id} timed out"
                     )
-                self.abandoned.add(slot, why)
                 self.on_done(slot)
                 return
             if self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
@@ -96,12 +98,15 @@ class Watch:
             return
         if self.slots.transition(slot, SlotState.RUNNING, SlotState.ABANDONED):
             self.counters.add(lost=1)
+            # Tracked before its executor is replaced: a claim of the item screened in
+            # between (`Runtime._screen_claims`) would otherwise see the run nowhere
+            # and start a second one beside it.
+            if not self.abandoned.add(slot, f"its lease was lost ({reason})"):
+                self._log_lost(slot, reason)
             if slot.executor is not None:
                 self.pool.retire(
                     slot.executor, f"its handler of {slot.lease.work_item_id} lost its lease"
                 )
-            if not self.abandoned.add(slot, f"its lease was lost ({reason})"):
-                self._log_lost(slot, reason)
             self.on_done(slot)
 
     def _log_lost(self, slot: Slot, reason: str) -> None:

@@ -314,6 +314,32 @@ def test_a_running_slot_fenced_out_is_abandoned_once_until_its_thread_lets_go(ca
     assert abandoned.total == 1
 
 
+def test_a_fenced_out_run_is_tracked_as_abandoned_before_its_executor_is_replaced():
+    """A claim of the item screened while the executor is replaced finds the old run
+    among the abandoned ones (found by a process test on a loaded CI host: the re-claimed
+    item ran a second time beside its abandoned run, and the worker never reached exit 75)."""
+    from leasing.exceptions import LeaseLostError
+    from leasing.worker.slots import AbandonedRuns
+
+    table, abandoned = SlotTable(), AbandonedRuns()
+    tracked_at_retire: list[list[tuple[str, int]]] = []
+
+    class Pool(Calls):
+        def retire(self, executor: threading.Thread, why: str) -> None:
+            tracked_at_retire.append([s.key for s in abandoned.alive()])
+            super().retire(executor, why)
+
+    pool = Pool()
+    watch = Watch(table, pool, pool, Counters(), lambda s: None, abandoned)  # type: ignore[arg-type]
+    slot, executor = running_slot(table, "hung")
+    try:
+        watch.lease_lost(slot, LeaseLostError("it is now pending (force-released)"))
+        assert tracked_at_retire == [[("hung", 1)]]
+    finally:
+        executor.release.set()
+        executor.join(5)
+
+
 @pytest.mark.parametrize(
     "error",
     [
