@@ -220,7 +220,7 @@ def status_counts(
         )
     )
     near = [s for s in statuses if estimates[s] <= 2 * EXACT_COUNT_LIMIT]
-    capped = _capped_counts(
+    capped = capped_counts(
         {s: items.filter(status=s).values("pk")[: EXACT_COUNT_LIMIT + 1] for s in near}, using
     )
     counts = {s: (estimates[s], True) for s in statuses if s not in capped}
@@ -232,8 +232,9 @@ def status_counts(
     return counts
 
 
-def _capped_counts(capped: Mapping[str, QuerySet[Any, Any]], using: str) -> dict[str, int]:
-    """`{name: rows}` of LIMITed querysets, counted in one statement."""
+def capped_counts(capped: Mapping[str, QuerySet[Any, Any]], using: str) -> dict[str, int]:
+    """`{name: rows}` of querysets (LIMITed, so each reads at most so many entries),
+    counted in one statement."""
     if not capped:
         return {}
     branches, params = [], []

@@ -12,9 +12,10 @@ from ..conf import get_settings
 from ..models import RateBucket, WorkItem
 from ..rates import KEY, QUEUE, WORK_TYPE, RateLimit, current_rate
 from ..services.rate_limits import limit_of
-from ..sql.runner import run, run_one
+from ..sql.runner import run_one
 from ..storage import storage_for
 from .backlog import PendingPair, pending_pairs
+from .census import capped_counts
 
 # The most buckets the console lists (closed ones first).
 MOST = 50
@@ -53,21 +54,16 @@ def _keys_waiting(keys: Sequence[str], using: str, cap: int | None) -> dict[str,
 
     Each key's count reads `work_items_rate_key_idx`, at most `cap + 1` entries (a key may
     hold a whole import), so the panel costs the same whatever waits; one round trip for
-    every key instead of one each.
+    every key instead of one each (`census.capped_counts`).
     """
-    if not keys:
-        return {}
-    table = WorkItem._meta.db_table
-    limit = "" if cap is None else " LIMIT %s"
-    branch = (
-        f"SELECT %s AS name, (SELECT COUNT(*) FROM (SELECT 1 FROM {table} "
-        f"WHERE status = %s AND rate_key = %s{limit}) AS waiting) AS n"
+    pending = WorkItem.objects.using(using).filter(status=WorkItem.Status.PENDING).order_by()
+    counted = capped_counts(
+        {
+            key: pending.filter(rate_key=key).values("pk")[: None if cap is None else cap + 1]
+            for key in keys
+        },
+        using,
     )
-    params: list[Any] = []
-    for key in keys:
-        params += [key, WorkItem.Status.PENDING, key, *([] if cap is None else [cap + 1])]
-    rows = run(using, (" UNION ALL ".join([branch] * len(keys)), params))
-    counted = {str(r["name"]): int(r["n"]) for r in rows}
     return {
         key: (counted[key], False) if cap is None else (min(counted[key], cap), counted[key] > cap)
         for key in keys
