@@ -1,0 +1,111 @@
+"""The listener's wait for NOTIFYs (`leasing.worker.listener`), on PostgreSQL.
+
+psycopg's `notifies(timeout=...)` spins through the last millisecond of each
+wait (it rounds the time left down to whole milliseconds); the listener waits
+with `select` instead, and must still hear a NOTIFY that psycopg took off the
+socket while a statement ran on the session.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import psycopg.connection
+import pytest
+from django.db import connection, connections
+
+from leasing.sql.new_items import NOTIFY_CHANNEL
+from leasing.worker.leadership import Leadership
+from leasing.worker.listener import NotifyListener, _Session
+from tests.support.helpers import wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def _connect() -> psycopg.Connection[Any]:
+    params = connections["default"].get_connection_params()
+    for key in ("cursor_factory", "context", "server_side_binding"):
+        params.pop(key, None)
+    return psycopg.connect(**params, autocommit=True)
+
+
+@pytest.fixture
+def resumes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts each time psycopg's notification reader is woken."""
+    count = [0]
+    real = psycopg.connection.notifies
+
+    def counted(pgconn: Any) -> Iterator[Any]:
+        gen = real(pgconn)
+        sent = None
+        try:
+            while True:
+                count[0] += 1
+                sent = yield gen.send(sent)
+        except StopIteration as stop:
+            return stop.value
+
+    monkeypatch.setattr(psycopg.connection, "notifies", counted)
+    return count
+
+
+def test_an_idle_leader_wakes_a_few_times_a_wait_not_hundreds(resumes: list[int]) -> None:
+    woken: list[float] = []
+    lead = Leadership("test-listener-wait", has_room=lambda: True)
+    listener = NotifyListener("default", None, lambda: woken.append(1), lead).start()
+    try:
+        wait_for(lambda: lead.leading and listener._hears_enqueues, timeout=10)
+        resumes[0] = 0
+        time.sleep(0.5)  # about 25 waits of LEADER_WAIT_S after a claim, or 2 idle ones
+        idle = resumes[0]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, "default"])
+        wait_for(lambda: woken, timeout=5)
+    finally:
+        listener.stop()
+    # Waiting with psycopg's timeout read the socket about a thousand times a wait.
+    assert idle <= 10, f"{idle} reads of the socket in 0.5 s of quiet"
+
+
+def test_a_notify_taken_off_the_socket_by_a_statement_is_still_heard() -> None:
+    conn = _connect()
+    try:
+        session = _Session(conn)
+        session.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        assert session.heard(0) == []
+        # The session's own NOTIFY reaches it with the statement's answer:
+        # psycopg keeps it, and nothing is left on the socket to wake a select.
+        session.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, "q"])
+        notes = session.heard(2.0)
+        assert [(n.channel, n.payload) for n in notes] == [(NOTIFY_CHANNEL, "q")]
+        assert session.heard(0.05) == []
+    finally:
+        conn.close()
+
+
+def test_a_notify_from_another_session_ends_the_wait() -> None:
+    conn = _connect()
+    try:
+        session = _Session(conn)
+        session.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        session.heard(0)
+
+        def notify() -> None:
+            time.sleep(0.1)
+            with _connect() as other:
+                other.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, "later"])
+
+        sender = threading.Thread(target=notify)
+        sender.start()
+        started = time.monotonic()
+        notes = session.heard(30.0)
+        waited = time.monotonic() - started
+        sender.join()
+        assert [n.payload for n in notes] == ["later"]
+        assert waited < 25.0  # woken by the NOTIFY, not by the end of the wait
+    finally:
+        conn.close()
