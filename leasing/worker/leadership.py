@@ -41,14 +41,15 @@ from ..sql.terms import ClaimFilters
 # How long a leader's listener waits for a NOTIFY before looking whether its
 # last claim filled up (and it should step down), for ACTIVE_S after a claim
 # that got items; an idle leader waits as long as the others.
-LEADER_WAIT_S = 0.02
+LEADER_WAIT_S = 0.05
 ACTIVE_S = 1.0
 # How often a worker that does not lead tries to take the lead (a statement each).
 LEAD_RETRY_S = 0.5
-# Two wakes closer than this: enqueues come faster than a leader claims.
-DENSE_WAKES_S = 0.025
-# While they do, the leader claims this often without listening.
-TRICKLE_POLL_S = 0.025
+# While wakes come closer together than this, the leader stops listening and
+# claims this often instead: each wake and each claim wakes threads, and on a
+# busy host a thread's wake-up costs about what a small claim does.
+TRICKLE_POLL_S = 0.05
+DENSE_WAKES_S = TRICKLE_POLL_S
 
 
 def claim_key(filters: ClaimFilters) -> str:
