@@ -45,6 +45,7 @@ class Slot:
     """One run of one lease; built once per claimed item, so a plain class with slots."""
 
     __slots__ = (
+        "_kept",
         "cancel_requested",
         "claimed_at",
         "context",
@@ -52,7 +53,6 @@ class Slot:
         "executor",
         "fenced_out",
         "heartbeat",
-        "kept",
         "key",
         "lease",
         "lease_duration",
@@ -89,19 +89,26 @@ class Slot:
         self.state = SlotState.QUEUED
         self.executor: Executor | None = None
         self.started_at: float | None = None
-        # How the renewer keeps its lease alive (its policy and last renewal).
-        self.kept = KeptLease(
-            lease.key,
-            lease_duration,
-            period=lease_duration / 4,
-            progress=self.heartbeat,
-            renewed_at=self.claimed_at,
-        )
+        # Made when the renewer first looks at the run: most runs end before that.
+        self._kept: KeptLease | None = None
+
+    @property
+    def kept(self) -> KeptLease:
+        """How the renewer keeps its lease alive (its policy and last renewal)."""
+        if self._kept is None:
+            self._kept = KeptLease(
+                self.key,
+                self.lease_duration,
+                period=self.lease_duration / 4,
+                progress=self.heartbeat,
+                renewed_at=self.claimed_at,
+            )
+        return self._kept
 
     @property
     def renewed_at(self) -> float:
         """Monotonic time of the claim or the last renewal that held."""
-        return self.kept.renewed_at
+        return self.claimed_at if self._kept is None else self._kept.renewed_at
 
     @renewed_at.setter
     def renewed_at(self, value: float) -> None:

@@ -54,6 +54,23 @@ def slot(item: str, *, claimed_at: float, cap_seconds: float) -> Slot:
     return Slot(lease(item, cap_seconds=cap_seconds), spec(), 60.0, claimed_at)
 
 
+# --- the renewer's record ------------------------------------------------------------------
+
+
+def test_a_slot_counts_from_its_claim_until_a_renewal_and_its_record_keeps_what_renewals_set():
+    run = slot("kept", claimed_at=100.0, cap_seconds=10.0)
+    assert run.renewed_at == 100.0
+    kept = run.kept  # what the renewer sees: made the first time it looks
+    assert (kept.key, kept.duration, kept.period, kept.renewed_at) == (run.key, 60.0, 15.0, 100.0)
+    assert kept.progress is run.heartbeat
+    run.renewed_at = 130.0
+    assert run.kept is kept and kept.renewed_at == 130.0
+    fresh = slot("fresh", claimed_at=time.monotonic(), cap_seconds=10.0)
+    assert not fresh.lease_surely_expired()
+    fresh.renewed_at = time.monotonic() - 61.0  # its 60 s lease ran out since
+    assert fresh.lease_surely_expired()
+
+
 # --- deadlines ---------------------------------------------------------------------------
 
 
