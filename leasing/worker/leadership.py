@@ -45,11 +45,13 @@ LEADER_WAIT_S = 0.05
 ACTIVE_S = 1.0
 # How often a worker that does not lead tries to take the lead (a statement each).
 LEAD_RETRY_S = 0.5
-# While wakes come closer together than this, the leader stops listening and
-# claims this often instead: each wake and each claim wakes threads, and on a
-# busy host a thread's wake-up costs about what a small claim does.
+# Two wakes closer than this (the dispatcher's cooldown between claims):
+# enqueues come faster than a leader claims.
+DENSE_WAKES_S = 0.025
+# While they do, the leader stops listening and claims this often instead: each
+# claim wakes the dispatcher, an executor and the listener, and on a busy host
+# those wake-ups cost about what a small claim's items do.
 TRICKLE_POLL_S = 0.05
-DENSE_WAKES_S = TRICKLE_POLL_S
 
 
 def claim_key(filters: ClaimFilters) -> str:
