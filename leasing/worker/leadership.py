@@ -14,7 +14,8 @@ worth hearing:
   way items may be left) or it has no room now; then step down (the others
   take the lead in turn, and each claims as it does).
 - Leading, wakes dense (two within `DENSE_WAKES_S`): UNLISTEN and claim every
-  `TRICKLE_POLL_S` instead, until a claim comes back empty; then LISTEN again
+  `TRICKLE_POLL_S` instead, until a claim gets fewer than `TRICKLE_LEAST_ITEMS`
+  (enqueues no longer come faster than the claims); then LISTEN again
   and claim once more (an enqueue between that claim and the LISTEN is not
   missed). While enqueues come faster than claims, a claim every interval
   costs the same round trips with no notification to read.
@@ -52,6 +53,9 @@ DENSE_WAKES_S = 0.025
 # claim wakes the dispatcher, an executor and the listener, and on a busy host
 # those wake-ups cost about what a small claim's items do.
 TRICKLE_POLL_S = 0.05
+# A trickling claim that gets fewer items than this: enqueues no longer come
+# faster than the trickle claims, and a wake answered at once costs no more.
+TRICKLE_LEAST_ITEMS = 2
 
 
 def claim_key(filters: ClaimFilters) -> str:
@@ -71,10 +75,10 @@ class Leadership:
         self.leading = False  # read and written by the listener thread only
         # Leading without listening: claiming every TRICKLE_POLL_S (listener thread only).
         self.trickle = False
-        # The last claim took all it asked for / got nothing (set by the dispatcher,
-        # read by the listener).
+        # The last claim took all it asked for / got less than TRICKLE_LEAST_ITEMS
+        # (set by the dispatcher, read by the listener).
         self._filled = False
-        self._empty = False
+        self._sparse = False
         self._next_try = 0.0  # monotonic time of the next try for the lead
         self._last_wake = 0.0  # monotonic time of the last wake heard
         self._next_poll = 0.0  # monotonic time of the next trickle claim
@@ -91,7 +95,7 @@ class Leadership:
         """A claim asked for `asked` items and got `got`."""
         if asked > 0:
             self._filled = got >= asked
-            self._empty = got == 0
+            self._sparse = got < TRICKLE_LEAST_ITEMS
             if got:
                 self._active_until = time.monotonic() + ACTIVE_S
 
@@ -115,14 +119,14 @@ class Leadership:
         now = time.monotonic()
         if now - self._last_wake < DENSE_WAKES_S:
             self.trickle = True  # the listener UNLISTENs
-            self._empty = False
+            self._sparse = False
             self._next_poll = now + TRICKLE_POLL_S
         self._last_wake = now
         return True
 
     def tick(self, conn: Any) -> bool:
         """Between waits: a leader whose last claim filled up steps down; a trickling
-        leader claims when its interval is up, and listens again after an empty claim;
+        leader claims when its interval is up, and listens again after a sparse claim;
         a worker that does not lead tries for the lead when its time comes. Whether
         this worker claims now."""
         now = time.monotonic()
@@ -132,9 +136,9 @@ class Leadership:
                 return False
             if not self.trickle:
                 return False
-            if self._empty:
+            if self._sparse:
                 self.trickle = False  # the listener LISTENs before the claim this asks for
-                self._empty = False
+                self._sparse = False
                 return True
             if now >= self._next_poll:
                 self._next_poll = now + TRICKLE_POLL_S
@@ -155,7 +159,7 @@ class Leadership:
         sql, params = wakes.try_lead(self.key)
         self.leading = bool(conn.execute(sql, params).fetchone()[0])
         if self.leading:
-            self._filled = self._empty = False
+            self._filled = self._sparse = False
         else:
             self._next_try = time.monotonic() + LEAD_RETRY_S
         return self.leading

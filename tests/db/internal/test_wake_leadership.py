@@ -70,3 +70,30 @@ def test_only_the_leader_hears_enqueues_and_a_freed_lead_is_taken_and_claimed_fo
         assert woken.wait(timeout=2)  # the leader is woken by an enqueue
     finally:
         listener.stop()
+
+
+def test_a_trickling_leader_listens_again_once_its_claims_get_fewer_than_two_items():
+    import psycopg
+    from django.db import connections
+
+    from leasing.worker.leadership import TRICKLE_POLL_S, Leadership
+
+    params = connections["default"].get_connection_params()
+    for key in ("cursor_factory", "context", "server_side_binding"):
+        params.pop(key, None)
+    with psycopg.connect(**params, autocommit=True) as conn:
+        lead = Leadership("test-trickle", has_room=lambda: True)
+        assert lead.tick(conn)  # nobody leads: it takes the lead, and claims
+        assert lead.leading and lead.listens
+        lead.claimed(10, 3)
+        assert lead.woken(conn) and lead.woken(conn)  # two wakes at once: dense
+        assert lead.trickle and not lead.listens
+        time.sleep(TRICKLE_POLL_S)
+        assert lead.tick(conn)  # its interval is up: a claim, without listening
+        lead.claimed(10, 2)  # two wakes' items in one claim: worth trickling for
+        assert not lead.tick(conn)  # the next claim waits for the interval
+        time.sleep(TRICKLE_POLL_S)
+        assert lead.tick(conn) and lead.trickle
+        lead.claimed(10, 1)  # enqueues come slower than its claims
+        assert lead.tick(conn)  # one more claim, after listening again
+        assert lead.listens and not lead.trickle
