@@ -109,3 +109,33 @@ def test_a_notify_from_another_session_ends_the_wait() -> None:
         assert waited < 25.0  # woken by the NOTIFY, not by the end of the wait
     finally:
         conn.close()
+
+
+def test_a_listener_whose_session_is_terminated_reconnects_and_hears_again() -> None:
+    from leasing.sql.wakes import LISTENING
+
+    def listener_pids() -> list[int]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                f"AND {LISTENING}"
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+    woken: list[float] = []
+    lead = Leadership("test-listener-reconnect", has_room=lambda: True)
+    listener = NotifyListener("default", None, lambda: woken.append(1), lead).start()
+    try:
+        wait_for(lambda: lead.leading and listener._hears_enqueues and listener_pids(), timeout=10)
+        (old,) = listener_pids()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [old])
+        # Its wait ends on the closed socket; it reconnects and takes the lead again.
+        wait_for(lambda: listener_pids() not in ([], [old]) and lead.leading, timeout=15)
+        wait_for(lambda: listener._hears_enqueues, timeout=5)
+        woken.clear()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, "default"])
+        wait_for(lambda: woken, timeout=5)
+    finally:
+        listener.stop()
