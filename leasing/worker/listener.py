@@ -60,13 +60,9 @@ class NotifyListener:
         # psycopg is only installed where PostgreSQL is used, and only then does this run.
         import psycopg
 
-        params = connections[self.using].get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        params.pop("server_side_binding", None)
         while not self._stop.is_set():
             try:
-                with psycopg.connect(**params, autocommit=True) as conn:
+                with session_connection(self.using) as conn:
                     # The session's first statement says what it is, LISTEN or UNLISTEN:
                     # monitoring (and the bench) count listener sessions by their mark,
                     # and a worker full from its first claim may not run another for long.
@@ -114,17 +110,26 @@ class NotifyListener:
         return lead is None or lead.woken(conn)
 
 
+def session_connection(using: str) -> Any:
+    """A psycopg connection of its own to the database of `using`, in autocommit
+    (LISTEN needs a session, and Django's connection belongs to another thread)."""
+    import psycopg
+
+    params = connections[using].get_connection_params()
+    for django_only in ("cursor_factory", "context", "server_side_binding"):
+        params.pop(django_only, None)
+    return psycopg.connect(**params, autocommit=True)
+
+
 class _Session:
     """The listener's connection: waits for NOTIFYs without spinning.
 
     psycopg's own wait with a timeout (`notifies(timeout=...)`) rounds the time
     left down to whole milliseconds, so for the last millisecond of every wait
-    it polls with a zero timeout, hundreds of times: a leader waiting 20 ms at
-    a time spent a few percent of a core on it, more than the claims it woke
-    for. Here `select` waits (its timeout is a float) and psycopg only reads
-    what arrived. A NOTIFY that arrives while a statement runs on the session
-    is kept by psycopg rather than left on the socket, so after a statement
-    that backlog is read first.
+    it polls with a zero timeout, hundreds of times. Here `select` waits (its
+    timeout is a float) and psycopg only reads what arrived. A NOTIFY that
+    arrives while a statement runs on the session is kept by psycopg rather
+    than left on the socket, so after a statement that backlog is read first.
     """
 
     def __init__(self, conn: Any) -> None:

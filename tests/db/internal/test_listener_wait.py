@@ -13,24 +13,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import psycopg.connection
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from leasing.sql.new_items import NOTIFY_CHANNEL
 from leasing.worker.leadership import Leadership
-from leasing.worker.listener import NotifyListener, _Session
+from leasing.worker.listener import NotifyListener, _Session, session_connection
 from tests.support.helpers import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _connect() -> psycopg.Connection[Any]:
-    params = connections["default"].get_connection_params()
-    for key in ("cursor_factory", "context", "server_side_binding"):
-        params.pop(key, None)
-    return psycopg.connect(**params, autocommit=True)
 
 
 @pytest.fixture
@@ -72,7 +64,7 @@ def test_an_idle_leader_wakes_a_few_times_a_wait_not_hundreds(resumes: list[int]
 
 
 def test_a_notify_taken_off_the_socket_by_a_statement_is_still_heard() -> None:
-    conn = _connect()
+    conn = session_connection("default")
     try:
         session = _Session(conn)
         session.execute(f"LISTEN {NOTIFY_CHANNEL}")
@@ -88,7 +80,7 @@ def test_a_notify_taken_off_the_socket_by_a_statement_is_still_heard() -> None:
 
 
 def test_a_notify_from_another_session_ends_the_wait() -> None:
-    conn = _connect()
+    conn = session_connection("default")
     try:
         session = _Session(conn)
         session.execute(f"LISTEN {NOTIFY_CHANNEL}")
@@ -96,7 +88,7 @@ def test_a_notify_from_another_session_ends_the_wait() -> None:
 
         def notify() -> None:
             time.sleep(0.1)
-            with _connect() as other:
+            with session_connection("default") as other:
                 other.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, "later"])
 
         sender = threading.Thread(target=notify)

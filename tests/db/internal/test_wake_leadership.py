@@ -73,15 +73,10 @@ def test_only_the_leader_hears_enqueues_and_a_freed_lead_is_taken_and_claimed_fo
 
 
 def test_a_trickling_leader_listens_again_once_its_claims_get_fewer_than_two_items():
-    import psycopg
-    from django.db import connections
-
     from leasing.worker.leadership import TRICKLE_POLL_S, Leadership
+    from leasing.worker.listener import session_connection
 
-    params = connections["default"].get_connection_params()
-    for key in ("cursor_factory", "context", "server_side_binding"):
-        params.pop(key, None)
-    with psycopg.connect(**params, autocommit=True) as conn:
+    with session_connection("default") as conn:
         lead = Leadership("test-trickle", has_room=lambda: True)
         assert lead.tick(conn)  # nobody leads: it takes the lead, and claims
         assert lead.leading and lead.listens
