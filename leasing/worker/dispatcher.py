@@ -103,6 +103,8 @@ class Dispatcher:
         # Whether this worker answers wakes (set by the runtime where a listener runs:
         # it leads); None where no wakes come at all (polling only).
         self.leads: Callable[[], bool] | None = None
+        # Whether it leads a trickle: its claims are timed (`Leadership.trickle_due_in`).
+        self.trickling: Callable[[], bool] = lambda: False
         self._lock = threading.Lock()
         self._avg_run_seconds: float | None = None
         # `prefetch()` as of the last round trip: executors read it after every
@@ -127,8 +129,11 @@ class Dispatcher:
         # without it: one queued slot left means the executors are about to run dry.
         # (While finished items linger, the wake-up sets the dispatcher's timer:
         # `worth_a_round_trip` and `due_in` say when to go.)
+        # A trickle's timer wakes it for its next claim anyway, which takes these along.
         backlog = self.pool.backlog() - 1
-        if backlog < self.config.concurrency or finished >= max(1, self._prefetch):
+        if finished >= max(1, self._prefetch) or (
+            backlog < self.config.concurrency and not (self.trickling() and self._lingering())
+        ):
             self.wake()
 
     def finished_count(self) -> int:

@@ -11,8 +11,10 @@ that one LISTENs, and only while wakes are worth hearing
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +27,10 @@ from .leadership import Leadership
 
 logger = logging.getLogger("leasing.worker")
 
-IDLE_WAIT_S = 0.25  # how often the thread looks whether it should stop
+# The longest wait for a NOTIFY: stopping and the dispatcher's news end a wait
+# at once (`nudge`), and a worker that does not lead waits only until its next
+# try for the lead; each wake-up costs CPU on a busy host.
+IDLE_WAIT_S = 1.0
 
 
 class NotifyListener:
@@ -44,6 +49,12 @@ class NotifyListener:
         self.on_notify = on_notify
         self.leadership = leadership
         self._stop = threading.Event()
+        # Another thread's nudge ends the listener's wait at once: a byte on this pair.
+        self._nudges, self._nudger = socket.socketpair()
+        self._nudges.setblocking(False)
+        self._nudger.setblocking(False)
+        if leadership is not None:
+            leadership.nudge = self.nudge
         # LISTENing on the enqueue channel (listener thread only); None: not said yet.
         self._hears_enqueues: bool | None = None
         self._thread = threading.Thread(target=self._run, name="notify-listener", daemon=True)
@@ -54,7 +65,14 @@ class NotifyListener:
 
     def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()
+        self.nudge()
         self._thread.join(timeout)
+
+    def nudge(self) -> None:
+        """End the listener's current wait (any thread)."""
+        # Full (a nudge is pending already), or closed (it stopped): nothing to do.
+        with contextlib.suppress(OSError):
+            self._nudger.send(b"\0")
 
     def _run(self) -> None:
         # psycopg is only installed where PostgreSQL is used, and only then does this run.
@@ -75,10 +93,12 @@ class NotifyListener:
             finally:
                 if self.leadership is not None:
                     self.leadership.disconnected()
+        self._nudges.close()
+        self._nudger.close()
 
     def _listen(self, conn: Any) -> None:
         lead = self.leadership
-        session = _Session(conn)
+        session = _Session(conn, self._nudges)
         while not self._stop.is_set():
             # One NOTIFY at a time: the leadership's statements run on this
             # connection between waits, never inside one.
@@ -132,8 +152,9 @@ class _Session:
     than left on the socket, so after a statement that backlog is read first.
     """
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, nudges: socket.socket | None = None) -> None:
         self.conn = conn
+        self.nudges = nudges  # readable when another thread wants the wait to end
         self._spoke = True  # a statement ran since notifications were last read
 
     def execute(self, *args: Any) -> Any:
@@ -148,6 +169,21 @@ class _Session:
             notes = list(conn.notifies(timeout=0, stop_after=1))
             if notes:
                 return notes
-        if wait_s > 0 and not select.select([conn.fileno()], [], [], wait_s)[0]:
+        if wait_s <= 0:
+            return list(conn.notifies(timeout=0, stop_after=1))
+        watched: list[Any] = [conn.fileno()]
+        if self.nudges is not None:
+            watched.append(self.nudges)
+        ready = select.select(watched, [], [], wait_s)[0]
+        if self.nudges is not None and self.nudges in ready:
+            _drain(self.nudges)
+        if conn.fileno() not in ready:
             return []
         return list(conn.notifies(timeout=0, stop_after=1))
+
+
+def _drain(nudges: socket.socket) -> None:
+    """Read every pending nudge (one wake answers them all)."""
+    with contextlib.suppress(BlockingIOError):
+        while nudges.recv(64):
+            pass

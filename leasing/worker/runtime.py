@@ -25,6 +25,7 @@ can).
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -193,6 +194,7 @@ class WorkerRuntime:
                 c.listen_database, c.filters.queues, self._on_notify, self.leadership
             )
             self.dispatcher.leads = lambda: leadership.leading
+            self.dispatcher.trickling = lambda: leadership.trickle
             self.listener.start()
         reason = "stopped"
         try:
@@ -236,9 +238,10 @@ class WorkerRuntime:
             self.watch.supervise()
             claiming = not self._quiet and not self._too_many_abandoned()
             try:
+                started_at = time.monotonic()
                 claimed = self.dispatcher.cycle(claiming=claiming)
                 if self.leadership is not None:
-                    self.leadership.claimed(self.dispatcher.last_asked, claimed)
+                    self.leadership.claimed(self.dispatcher.last_asked, claimed, started_at)
                 ended = None if claimed or len(self.slots) else self._idle_ending()
             except DatabaseUnavailable as exc:
                 outages += 1
@@ -306,12 +309,13 @@ class WorkerRuntime:
     def _wait_for_work(self, timeout: float) -> None:
         """Sleep until something is worth a round trip, or `timeout` passes.
 
-        Worth it: a NOTIFY, a freed slot (whatever its outcome), or finished
-        items waiting while the executors are about to run dry or a full batch
-        has piled up; waiting for that lets one statement complete and claim
-        many items at once.
+        Worth it: a NOTIFY, a freed slot (whatever its outcome), the next claim
+        of a trickle this worker leads, or finished items waiting while the
+        executors are about to run dry or a full batch has piled up; waiting for
+        that lets one statement complete and claim many items at once.
         """
         deadline = time.monotonic() + timeout
+        lead = self.leadership
         while not self._stop.is_set():
             if self._notified.is_set() or self._freed.is_set():
                 self._notified.clear()
@@ -320,9 +324,12 @@ class WorkerRuntime:
             if self.dispatcher.worth_a_round_trip():
                 return
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            trickle_in = lead.trickle_due_in() if lead is not None else math.inf
+            if remaining <= 0 or trickle_in <= 0:
                 return
-            self._wake.wait(min(remaining, self._next_deadline_in(), self.dispatcher.due_in()))
+            self._wake.wait(
+                min(remaining, self._next_deadline_in(), self.dispatcher.due_in(), trickle_in)
+            )
             self._wake.clear()
 
     def _next_deadline_in(self) -> float:

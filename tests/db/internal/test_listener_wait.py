@@ -52,7 +52,7 @@ def test_an_idle_leader_wakes_a_few_times_a_wait_not_hundreds(resumes: list[int]
     try:
         wait_for(lambda: lead.leading and listener._hears_enqueues, timeout=10)
         resumes[0] = 0
-        time.sleep(0.5)  # about 25 waits of LEADER_WAIT_S after a claim, or 2 idle ones
+        time.sleep(0.5)  # at most one wait of IDLE_WAIT_S: a leader waits for news
         idle = resumes[0]
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, "default"])
@@ -131,3 +131,44 @@ def test_a_listener_whose_session_is_terminated_reconnects_and_hears_again() -> 
         wait_for(lambda: woken, timeout=5)
     finally:
         listener.stop()
+
+
+def test_a_nudge_ends_the_wait_at_once() -> None:
+    import socket
+
+    conn = session_connection("default")
+    nudges, nudger = socket.socketpair()
+    nudges.setblocking(False)
+    try:
+        session = _Session(conn, nudges)
+        session.heard(0)
+        sender = threading.Timer(0.1, lambda: nudger.send(b"\0\0"))
+        sender.start()
+        started = time.monotonic()
+        assert session.heard(30.0) == []
+        assert time.monotonic() - started < 25.0  # woken by the nudge
+        # Both bytes were read: the next wait is not cut short by the same nudge.
+        started = time.monotonic()
+        assert session.heard(0.2) == []
+        assert time.monotonic() - started >= 0.15
+    finally:
+        nudges.close()
+        nudger.close()
+        conn.close()
+
+
+def test_a_nudged_leader_steps_down_after_a_claim_that_filled_up() -> None:
+    lead = Leadership("test-listener-nudge", has_room=lambda: True)
+    listener = NotifyListener("default", None, lambda: None, lead).start()
+    try:
+        wait_for(lambda: lead.leading and listener._hears_enqueues, timeout=10)
+        # Its wait is IDLE_WAIT_S long, and nothing else happens meanwhile: only
+        # the nudge from `claimed` has it step down (and UNLISTEN) well before.
+        lead.claimed(5, 5, time.monotonic())
+        wait_for(lambda: not lead.leading and listener._hears_enqueues is False, timeout=0.8)
+    finally:
+        started = time.monotonic()
+        listener.stop(timeout=5.0)
+        stopped_in = time.monotonic() - started
+    assert not listener._thread.is_alive()
+    assert stopped_in < 0.8  # stopping nudges too, rather than waiting out IDLE_WAIT_S

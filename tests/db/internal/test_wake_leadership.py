@@ -78,17 +78,59 @@ def test_a_trickling_leader_listens_again_once_its_claims_get_fewer_than_two_ite
 
     with session_connection("default") as conn:
         lead = Leadership("test-trickle", has_room=lambda: True)
+        nudges: list[int] = []
+        lead.nudge = lambda: nudges.append(1)
         assert lead.tick(conn)  # nobody leads: it takes the lead, and claims
         assert lead.leading and lead.listens
-        lead.claimed(10, 3)
+        assert lead.trickle_due_in() == float("inf")  # claims follow wakes, not a timer
+        lead.claimed(10, 3, time.monotonic())
         assert lead.woken(conn) and lead.woken(conn)  # two wakes at once: dense
         assert lead.trickle and not lead.listens
+        # The dispatcher times the trickle's claims from its last one; the listener
+        # does not claim on a timer of its own.
+        lead.claimed(10, 2, time.monotonic())  # two wakes' items in one claim
+        assert 0 < lead.trickle_due_in() <= TRICKLE_POLL_S
         time.sleep(TRICKLE_POLL_S)
-        assert lead.tick(conn)  # its interval is up: a claim, without listening
-        lead.claimed(10, 2)  # two wakes' items in one claim: worth trickling for
-        assert not lead.tick(conn)  # the next claim waits for the interval
-        time.sleep(TRICKLE_POLL_S)
-        assert lead.tick(conn) and lead.trickle
-        lead.claimed(10, 1)  # enqueues come slower than its claims
+        assert lead.trickle_due_in() <= 0
+        assert not lead.tick(conn) and lead.trickle and nudges == []
+        lead.claimed(10, 1, time.monotonic())  # enqueues come slower than its claims
+        assert nudges == [1]  # the listener is told at once
         assert lead.tick(conn)  # one more claim, after listening again
         assert lead.listens and not lead.trickle
+        assert lead.trickle_due_in() == float("inf")
+
+
+def test_the_listener_is_nudged_when_claims_fill_up_or_a_trickle_has_no_room():
+    from leasing.worker.leadership import FILLED_FOR_S, Leadership
+    from leasing.worker.listener import session_connection
+
+    room = [True]
+    with session_connection("default") as conn:
+        lead = Leadership("test-nudges", has_room=lambda: room[0])
+        nudges: list[int] = []
+        lead.nudge = lambda: nudges.append(1)
+        assert lead.tick(conn)
+        lead.claimed(10, 4, time.monotonic())
+        assert nudges == []  # nothing for the listener to do
+        lead.claimed(10, 10, time.monotonic())  # it took all it asked for
+        assert nudges == [1]  # the listener waits FILLED_FOR_S from now, not IDLE_WAIT_S
+        assert 0 < lead.wait_s(1.0) <= FILLED_FOR_S
+        assert not lead.tick(conn) and lead.leading  # a claim with room may follow at once
+        lead.claimed(10, 3, time.monotonic())  # and did: nothing was left
+        time.sleep(FILLED_FOR_S)
+        assert not lead.tick(conn) and lead.leading
+        lead.claimed(10, 10, time.monotonic())
+        lead.claimed(10, 10, time.monotonic())  # filling up again and again
+        assert nudges == [1, 1]
+        time.sleep(FILLED_FOR_S)
+        assert not lead.tick(conn) and not lead.leading  # it stepped down
+        lead.claimed(10, 10, time.monotonic())
+        assert nudges == [1, 1]  # not leading: nothing to tell
+        time.sleep(0.6)  # its next try for the lead (LEAD_RETRY_S)
+        assert lead.tick(conn) and lead.leading
+        lead.claimed(10, 3, time.monotonic())
+        assert lead.woken(conn) and lead.woken(conn) and lead.trickle
+        room[0] = False
+        lead.claimed(0, 0, time.monotonic())  # the trickle's claim found no room
+        assert nudges == [1, 1, 1]
+        assert not lead.tick(conn) and not lead.leading and not lead.trickle
