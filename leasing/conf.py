@@ -155,7 +155,8 @@ class LeasingSettings:
     #: (leasing.W004).
     stale_heartbeat: float = 120.0
     #: Seconds an idle worker waits between claims (+/-20% jitter): the only wake-up on SQLite,
-    #: a fallback to NOTIFY on PostgreSQL.
+    #: a fallback to NOTIFY on PostgreSQL (where a worker that does not answer wakes polls for
+    #: items at least 0.25 s old: the fresher ones are the answering worker's).
     poll_interval: float = 1.0
     #: Items a worker claims beyond its free threads; None: adaptive, it claims ahead only while
     #: its handlers are fast, so slow work is never hoarded. 0: never ahead.

@@ -52,6 +52,10 @@ def where(d: Storage, filters: ClaimFilters, *, skip: tuple[str, ...] = ()) -> S
     """
     clauses: list[str] = []
     params: list[Any] = []
+    available = f"{AVAILABLE_AT} <= {d.now}"
+    if filters.settled_s > 0:
+        available = f"{AVAILABLE_AT} <= {d.clock()}"
+        params.append(d.offset(-filters.settled_s))
     for column, values in (
         ("work_type", filters.work_types),
         ("queue_name", filters.queues),
@@ -72,7 +76,7 @@ def where(d: Storage, filters: ClaimFilters, *, skip: tuple[str, ...] = ()) -> S
         clauses.append(f"AND NOT ({clause})")
         params += clause_params
     sql = f"""
-        status = {PENDING} AND dependencies_left = 0 AND {AVAILABLE_AT} <= {d.now}
+        status = {PENDING} AND dependencies_left = 0 AND {available}
         {" ".join(clauses)} AND {not_paused(d)}
     """
     return sql, params

@@ -36,3 +36,6 @@ class ClaimFilters:
     task_ids: tuple[str, ...] | None = None
     # Items the claimer must not take (a worker's abandoned runs, still running).
     exclude_ids: tuple[str, ...] = ()
+    # Only items available for at least this many seconds: a poll by a worker that
+    # does not answer wakes leaves the fresh ones to the worker that does.
+    settled_s: float = 0.0

@@ -62,6 +62,13 @@ LINGER_SECONDS = 0.05
 CLAIM_COOLDOWN_SECONDS = 0.025
 # A worker that does not lead keeps claiming while its claims get this many items.
 ENGAGED_ITEMS = 32
+# Its polls meanwhile take only items available for this long: the leader claims
+# each wake's items at once, or every `TRICKLE_POLL_S` while it trickles, so
+# fresher ones are its own, and a poll that took them cost two round trips
+# (the claim, and a completion of its own) for what the leader's next claim
+# would have carried. An item the leader does not take (it stepped down, or its
+# dispatcher is stuck) still waits at most a poll, plus this.
+POLL_SETTLED_S = 0.25
 
 Finished = tuple[Slot, str | None]  # a slot and its handler's output, encoded as JSON
 
@@ -223,9 +230,17 @@ class Dispatcher:
         with self._lock:
             self._finished[:0] = batch
 
-    def cycle(self, *, claiming: bool) -> int:
-        """Complete what finished and (when `claiming`) claim what fits; returns the claims."""
+    def cycle(self, *, claiming: bool, polled: bool = False) -> int:
+        """Complete what finished and (when `claiming`) claim what fits; returns the claims.
+
+        `polled`: nothing woke this worker, its poll interval ran out. One that
+        does not answer wakes then leaves items fresher than `POLL_SETTLED_S` to
+        the one that does (see `leasing.worker.leadership`).
+        """
         self._prefetch = self.prefetch()
+        settled_s = 0.0
+        if polled and self.scarce and not self._engaged():
+            settled_s = POLL_SETTLED_S
         if claiming and self.scarce:
             if self._lingering():
                 self._cool_down()
@@ -241,6 +256,8 @@ class Dispatcher:
                 filters = c.filters
                 if excluded := self.excluded():
                     filters = dataclasses.replace(filters, exclude_ids=excluded)
+                if settled_s > 0:
+                    filters = dataclasses.replace(filters, settled_s=settled_s)
                 completion, leases = complete_and_claim(
                     self.manager, done, capacity, c.terms, filters
                 )

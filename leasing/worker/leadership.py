@@ -33,7 +33,9 @@ of its own while it leads, since on a busy host each wake-up costs about what
 a small claim's items do.
 
 Any worker still polls (`poll_interval`), so a wake nobody answered (a leader
-whose dispatcher is stuck) waits at most one poll.
+whose dispatcher is stuck) waits at most one poll; while work is scarce, a
+poll by a worker that does not lead takes only items older than
+`dispatcher.POLL_SETTLED_S`, leaving the leader's to the leader.
 """
 
 from __future__ import annotations

@@ -234,12 +234,13 @@ class WorkerRuntime:
     def _dispatch(self) -> str:
         last_summary = time.monotonic()
         outages = 0
+        polled = False  # the last wait ended by its timeout, not by a wake
         while not self._stop.is_set():
             self.watch.supervise()
             claiming = not self._quiet and not self._too_many_abandoned()
             try:
                 started_at = time.monotonic()
-                claimed = self.dispatcher.cycle(claiming=claiming)
+                claimed = self.dispatcher.cycle(claiming=claiming, polled=polled)
                 if self.leadership is not None:
                     self.leadership.claimed(self.dispatcher.last_asked, claimed, started_at)
                 ended = None if claimed or len(self.slots) else self._idle_ending()
@@ -269,6 +270,7 @@ class WorkerRuntime:
                 self._log_summary()
             if ended is not None:
                 return ended
+            polled = False
             if claimed and not self.dispatcher.scarce:
                 continue
             poll = self.config.poll_interval
@@ -277,9 +279,9 @@ class WorkerRuntime:
             rate_wait = self.dispatcher.manager.rate_wait
             if rate_wait is not None and rate_wait < poll:
                 # A rate limit holds items back: sleep until it opens, not a whole poll.
-                self._wait_for_work(rate_wait)
+                self._wait_for_work(rate_wait)  # not a poll: the items held back are due
                 continue
-            self._wait_for_work(poll * random.uniform(0.8, 1.2))
+            polled = self._wait_for_work(poll * random.uniform(0.8, 1.2))
         return "signal" if self.signals.received else "stopped"
 
     def _idle_ending(self) -> str | None:
@@ -306,8 +308,8 @@ class WorkerRuntime:
 
     # --- waiting -----------------------------------------------------------------------
 
-    def _wait_for_work(self, timeout: float) -> None:
-        """Sleep until something is worth a round trip, or `timeout` passes.
+    def _wait_for_work(self, timeout: float) -> bool:
+        """Sleep until something is worth a round trip, or `timeout` passes (then True).
 
         Worth it: a NOTIFY, a freed slot (whatever its outcome), the next claim
         of a trickle this worker leads, or finished items waiting while the
@@ -320,17 +322,20 @@ class WorkerRuntime:
             if self._notified.is_set() or self._freed.is_set():
                 self._notified.clear()
                 self._freed.clear()
-                return
+                return False
             if self.dispatcher.worth_a_round_trip():
-                return
+                return False
             remaining = deadline - time.monotonic()
             trickle_in = lead.trickle_due_in() if lead is not None else math.inf
-            if remaining <= 0 or trickle_in <= 0:
-                return
+            if remaining <= 0:
+                return True
+            if trickle_in <= 0:
+                return False
             self._wake.wait(
                 min(remaining, self._next_deadline_in(), self.dispatcher.due_in(), trickle_in)
             )
             self._wake.clear()
+        return False
 
     def _next_deadline_in(self) -> float:
         """Seconds until the earliest run in flight reaches its cap (so it is not overslept)."""

@@ -30,13 +30,18 @@ POLL_S = 30
 
 
 def start(
-    subprocess_env: dict[str, str], log: Path, record: Path, *args: str, prefetch: int | None
+    subprocess_env: dict[str, str],
+    log: Path,
+    record: Path,
+    *args: str,
+    prefetch: int | None,
+    poll_s: float = POLL_S,
 ):
     env = {
         **subprocess_env,
         "LEASING_LOG_LEVEL": "WARNING",
         "LEASING_TEST_RECORD": str(record),
-        **leasing_env(POLL_INTERVAL=POLL_S, PREFETCH=prefetch),
+        **leasing_env(POLL_INTERVAL=poll_s, PREFETCH=prefetch),
     }
     with open(log, "ab") as out:
         return subprocess.Popen(
@@ -49,12 +54,20 @@ def start(
 
 
 def start_workers(
-    subprocess_env, tmp_path: Path, count: int, *args: str, prefetch: int | None = None
+    subprocess_env,
+    tmp_path: Path,
+    count: int,
+    *args: str,
+    prefetch: int | None = None,
+    poll_s: float = POLL_S,
 ):
     record = tmp_path / "ran.txt"
     record.touch()
     log = tmp_path / "workers.log"
-    procs = [start(subprocess_env, log, record, *args, prefetch=prefetch) for _ in range(count)]
+    procs = [
+        start(subprocess_env, log, record, *args, prefetch=prefetch, poll_s=poll_s)
+        for _ in range(count)
+    ]
     # Running, and every listener connected (its statements are LISTEN or carry the mark).
     wait_for(lambda: Worker.objects.filter(status="running").count() == count, timeout=60)
     wait_for(lambda: _listening() >= count, timeout=30)
@@ -204,6 +217,26 @@ def test_a_trickle_of_enqueues_shares_claims_and_completions(subprocess_env, tmp
     assert claims <= most, (claims, most)
     # Completions ride along with claims rather than taking a round trip each.
     assert completions <= most + 2, (completions, most)
+
+
+def test_workers_that_do_not_lead_leave_fresh_items_to_the_leader_at_their_polls(
+    subprocess_env, tmp_path
+):
+    # The others poll every 0.1 s, and enqueues come faster than the leader's
+    # claims (it trickles: a claim every 50 ms), so at any time a few items wait
+    # for its next claim. A poll that took them would cost two round trips for
+    # what that claim carries anyway; polls take only items older than
+    # POLL_SETTLED_S, which the leader never lets happen here.
+    procs, record = start_workers(subprocess_env, tmp_path, 3, poll_s=0.1)
+    try:
+        enqueue("warm-up", "test.noop")  # the first item teaches the worker it is quick
+        wait_for(lambda: len(runs(record)) == 1, timeout=10)
+        ids = set(trickle(150, threads=2))
+        wait_for(lambda: len(runs(record)) == 151, timeout=30)
+    finally:
+        stop_workers(procs)
+    by_worker = Counter(worker for item, worker in runs(record) if item in ids)
+    assert by_worker.most_common(1)[0][1] >= 0.9 * len(ids), by_worker
 
 
 def trickle(count: int, threads: int) -> list[str]:

@@ -182,3 +182,29 @@ def test_a_branched_claim_skips_rows_another_claim_holds(threads):
     first, second = threads(2, claim)
     assert first == order[:3]
     assert second == order[3:]
+
+
+@pytest.mark.parametrize("types", [None, ("job",)])
+def test_a_settled_claim_leaves_fresh_items_and_takes_those_available_long_enough(types):
+    # A poll by a worker that does not answer wakes (leasing.worker.dispatcher,
+    # POLL_SETTLED_S): the fresh items are the leader's. With types, a small claim
+    # reads one branch per type (by_type); the settled rule holds there too.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from leasing.services.terms import claim_terms
+
+    fresh = enqueue("fresh", "job").work_item_id
+    settled = enqueue("settled", "job").work_item_id
+    WorkItem.objects.filter(work_item_id=settled).update(
+        run_after=timezone.now() - timedelta(seconds=30)
+    )
+    manager = LeaseManager("w")
+    filters = ClaimFilters(work_types=types, settled_s=10.0)
+    assert [lease.work_item_id for lease in manager.claim(5, claim_terms(None), filters)] == [
+        settled
+    ]
+    assert manager.claim(5, claim_terms(None), filters) == []  # the fresh one is left
+    plain = ClaimFilters(work_types=types)
+    assert [lease.work_item_id for lease in manager.claim(5, claim_terms(None), plain)] == [fresh]
