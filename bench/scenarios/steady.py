@@ -14,7 +14,8 @@ time, the wall time of the producer's `enqueue_many()` calls (no worker
 sees an item before its call commits), the backlog (pending + in progress)
 sampled every second, the rate the producer held, and the cost per job
 (client CPU of the worker processes and database transactions, the
-producer's own commits taken out) beside a drain's at the same process count.
+producer's own commits taken out) beside a drain's at the same process count
+(the median of `throughput`'s alternated drains where it ran them).
 Production runs autovacuum; where this server does not, the bench vacuums
 `work_items` a second after each vacuum ends, as autovacuum with a one-second
 `autovacuum_naptime` and the table's thresholds would (README, PostgreSQL
@@ -37,7 +38,7 @@ from bench.measure import proc_cpu_s, rnd
 from bench.report import Row, p50_p99
 from bench.sampler import Sampler
 from bench.scenarios.pickup import ready_workers
-from bench.scenarios.throughput import runworker_rates
+from bench.scenarios.throughput import runworker_costs, runworker_rates
 
 # Quiet at low rates (issue 43): at 10% of the steady capacity, at most this
 # many transactions a job and this many times a drain's client CPU a job.
@@ -56,14 +57,21 @@ def drain_capacity(bench: Bench, n: int) -> tuple[float, dict[str, Any]]:
     # The median of throughput's alternated default drains where it has them:
     # one drain swung by a quarter, and "50%" of a fast outlier is nearer 60%
     # of the usual rate.
+    # Their client CPU a job likewise: one drain's swung by a quarter from run to
+    # run, and the low-load target is a ratio to it.
     throughput = bench.results.get("throughput", {})
     rates = runworker_rates(throughput).get(n)
+    cpus = runworker_costs(throughput).get(n)
     drain = next((r for r in throughput.get("runs", []) if r["workers"] == n), None)
-    if not (rates and all(rates) and drain):
+    if not (rates and all(rates) and cpus and all(cpus) and drain):
         progress(f"  measuring capacity: runworker x{n}, {bench.sizes.items} items")
         drain = drain_runworker(bench, n, bench.sizes.items)
-        rates = [drain["jobs_per_s"]]
-    cost = {k: drain[k] for k in ("client_cpu_us_per_job", "xact_per_job")}
+        rates, cpus = [drain["jobs_per_s"]], [drain["client_cpu_us_per_job"]]
+    cost = {
+        "client_cpu_us_per_job": round(float(median(cpus)), 1),
+        "xact_per_job": drain["xact_per_job"],
+        "client_cpu_drains": len(cpus),
+    }
     return float(median(rates)), cost
 
 

@@ -35,11 +35,20 @@ def runworker_rates(throughput: dict[str, Any]) -> dict[int, list[float]]:
 
     One drain per count, except where throughput alternated its drains: all of them.
     """
-    rates = {r["workers"]: [r["jobs_per_s"]] for r in throughput.get("runs", [])}
+    return _by_workers(throughput, "jobs_per_s", "default")
+
+
+def runworker_costs(throughput: dict[str, Any]) -> dict[int, list[float]]:
+    """The client CPU a job (µs) of the same drains as `runworker_rates`."""
+    return _by_workers(throughput, "client_cpu_us_per_job", "default_cpu_us_per_job")
+
+
+def _by_workers(throughput: dict[str, Any], key: str, alternated: str) -> dict[int, list[float]]:
+    values = {r["workers"]: [r[key]] for r in throughput.get("runs", [])}
     drains = throughput.get("logging_drains")
-    if drains:
-        rates[drains["workers"]] = list(drains["default"])
-    return rates
+    if drains and alternated in drains:
+        values[drains["workers"]] = list(drains[alternated])
+    return values
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -62,10 +71,19 @@ def run(bench: Bench) -> dict[str, Any]:
     at = 4 if 4 in counted else max(counted, default=None)
     if at is not None:
         default, warned = rates[at]
+        # Their client CPU too: the steady scenario's reference for a drain's cost.
+        default_cpu = [r["client_cpu_us_per_job"] for r in runs if r["workers"] == at]
         for _ in range(bench.sizes.logging_repeats - 1):  # alternated, WARNING first
             warned.append(_drain(bench, at, True)["jobs_per_s"])
-            default.append(_drain(bench, at, False)["jobs_per_s"])
-        record["logging_drains"] = {"workers": at, "default": default, "warning": warned}
+            drained = _drain(bench, at, False)
+            default.append(drained["jobs_per_s"])
+            default_cpu.append(drained["client_cpu_us_per_job"])
+        record["logging_drains"] = {
+            "workers": at,
+            "default": default,
+            "warning": warned,
+            "default_cpu_us_per_job": default_cpu,
+        }
     costs = {
         n: round(1 - median(default) / median(warned), 3)
         for n, (default, warned) in rates.items()

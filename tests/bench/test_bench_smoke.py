@@ -113,6 +113,9 @@ def test_quick_bench_reports_every_scenario() -> None:
     drains = throughput["logging_drains"]
     assert drains["workers"] == throughput["logging_cost_at"]
     assert len(drains["default"]) == len(drains["warning"]) == 2
+    # Their client CPU too, a figure each: the steady scenario's reference is their median.
+    assert len(drains["default_cpu_us_per_job"]) == 2
+    assert all(_positive(cpu) for cpu in drains["default_cpu_us_per_job"]), drains
     at = drains["workers"]
     expected = 1 - statistics.median(drains["default"]) / statistics.median(drains["warning"])
     assert throughput["logging_cost"][str(at)] == round(expected, 3)  # JSON keys are text
@@ -216,6 +219,16 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert [r["load"] for r in steady["runs"]] == [0.1, 0.5]
     assert steady["low_load"] == 0.1
     _costed(steady["drain_cost"])
+    # The drain reference is the median of every drain at the steady workers' count.
+    drain_cpus = [
+        r["client_cpu_us_per_job"] for r in throughput["runs"] if r["workers"] == steady["workers"]
+    ]
+    if drains["workers"] == steady["workers"]:
+        drain_cpus = drains["default_cpu_us_per_job"]
+    if drain_cpus:
+        assert steady["drain_cost"]["client_cpu_drains"] == len(drain_cpus), steady
+        expected_cpu = round(statistics.median(drain_cpus), 1)
+        assert steady["drain_cost"]["client_cpu_us_per_job"] == expected_cpu, steady
     assert isinstance(steady["low_load_xact_met"], bool), steady
     assert isinstance(steady["low_load_cpu_met"], bool), steady
 
