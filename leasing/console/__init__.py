@@ -9,7 +9,7 @@ index so the pages stay fast on tables of millions of rows:
   each type judged by its own heartbeat and each lease by its holder's liveness;
 * `retrying`: items failing but still retrying (pending with `retry_count > 0`);
 * `census`: items by status, the retry distribution and the claims counter
-  (index-only scans of `work_items_status_retry_idx`);
+  (index-only scans of `work_items_status_retry_idx` and the in-flight index);
 * `backlog`: the pending backlog (`work_items_claim_idx`) and throughput over
   time (`work_items_completed_idx`);
 * `processes`: workers and sweepers, their liveness and the leases they hold;

@@ -368,15 +368,12 @@ class WorkItem(models.Model):
             # In-flight items by queue and work type: the claim counts them
             # against LEASING["QUEUE_LIMITS"] / ["WORK_TYPE_LIMITS"] (only the
             # in-flight rows are in it, so a count reads a handful of entries).
+            # The holder rides along: a worker's leases are found among these
+            # entries, so a claim writes one index for both (migration 0019).
             models.Index(
-                fields=["queue_name", "work_type"],
+                fields=["queue_name", "work_type", "lease_holder"],
                 name="work_items_in_flight_idx",
                 condition=Q(status=WorkItemStatus.IN_PROGRESS),
-            ),
-            models.Index(
-                fields=["lease_holder", "status"],
-                name="work_items_holder_idx",
-                condition=Q(lease_holder__isnull=False),
             ),
             # The console. The admin lists items newest
             # first (its tie-breaker is the primary key) and bounds its date
@@ -422,10 +419,13 @@ class WorkItem(models.Model):
             # not led by status: an index that can answer `status = 'pending'`
             # competes with the claim index, and with stale statistics (just
             # after a burst of enqueues) the planner picked it and sorted every
-            # pending row on each claim.
+            # pending row on each claim. In-flight rows are left out, so a
+            # claim does not write it; the census counts them through
+            # `work_items_in_flight_idx` (`console.census`).
             models.Index(
                 fields=["retry_count", "status", "lease_token"],
                 name="work_items_status_retry_idx",
+                condition=~Q(status=WorkItemStatus.IN_PROGRESS),
             ),
         ]
 

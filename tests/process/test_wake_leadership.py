@@ -226,8 +226,10 @@ def test_workers_that_do_not_lead_leave_fresh_items_to_the_leader_at_their_polls
     # claims (it trickles: a claim every 50 ms), so at any time a few items wait
     # for its next claim. A poll that took them would cost two round trips for
     # what that claim carries anyway; polls take only items older than
-    # POLL_SETTLED_S, which the leader never lets happen here.
-    procs, record = start_workers(subprocess_env, tmp_path, 3, poll_s=0.1)
+    # POLL_SETTLED_S, which the leader never lets happen here. Room for every
+    # item: a leader whose claim fills steps down (by design: enqueues then
+    # outrun it), which on a loaded host would hand the lead over mid-run.
+    procs, record = start_workers(subprocess_env, tmp_path, 3, poll_s=0.1, prefetch=200)
     try:
         enqueue("warm-up", "test.noop")  # the first item teaches the worker it is quick
         wait_for(lambda: len(runs(record)) == 1, timeout=10)

@@ -218,3 +218,55 @@ def test_a_claim_while_the_database_is_down_reports_it_unavailable(monkeypatch):
             LeaseManager("w").acquire_leases(1, 60)
     finally:
         connection.close()
+
+
+def _indexes_holding(item_id: str) -> set[str]:
+    """The indexes of `work_items` whose condition holds for the item's row as it is now:
+    those a row version like it enters (a claim or completion is never a HOT update)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'work_items'::regclass"
+        )
+        indexes = cursor.fetchall()
+        holding = set()
+        for name, condition in indexes:
+            cursor.execute(
+                f"SELECT EXISTS (SELECT 1 FROM work_items WHERE work_item_id = %s "
+                f"AND ({condition or 'true'}))",
+                [item_id],
+            )
+            if cursor.fetchone()[0]:
+                holding.add(name)
+    return holding
+
+
+# What each step of the hot path writes (see migration 0019): fewer entries
+# are a cheaper claim and completion; a new index here is a cost to weigh.
+CLAIMED = {
+    "work_items_pkey",
+    "work_items_created_idx",
+    "work_items_task_status_idx",
+    "work_items_in_flight_idx",
+    "work_items_lease_expiry_idx",
+}
+COMPLETED = {
+    "work_items_pkey",
+    "work_items_created_idx",
+    "work_items_task_status_idx",
+    "work_items_status_retry_idx",
+    "work_items_finished_idx",
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("payload", [None, {"customer": "acme"}])
+def test_a_claim_and_a_completion_each_enter_five_indexes_and_the_payloads_own(payload):
+    enqueue("t1", "test.echo", input_data=payload)
+    manager = LeaseManager("w1")
+    lease = manager.acquire_lease(60)
+    assert lease is not None
+    searchable = {"work_items_input_path_idx"} if payload is not None else set()
+    assert _indexes_holding(lease.work_item_id) == CLAIMED | searchable
+    assert manager.release_lease(lease.work_item_id, True, token=lease.token)
+    assert _indexes_holding(lease.work_item_id) == COMPLETED | searchable
