@@ -2,11 +2,12 @@
 
 K items (default 4,000) of rate key `hot` wait; W (default 8) `runworker`
 processes drain them under `RATE_LIMITS = {"key:hot": 50/s, burst 75}` for
-S seconds (default 62). Figures from the claim times (the instants the
-bucket admitted each item, database clock): the admitted rate over the S - 2
-seconds from one second after the first admission (that second holds the
-initial burst), and the most admitted in any window of one second. Targets:
-the rate within 5% of 50 a second, no second above the burst.
+S seconds (default 62) from the first admission. Figures from the claim
+times (the instants the bucket admitted each item, database clock): the
+admitted rate over the S - 2 seconds from one second after the first
+admission (that second holds the initial burst), and the most admitted in
+any window of one second. Targets: the rate within 5% of 50 a second, no
+second above the burst.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.common import BenchError, progress
+from bench.common import BenchError, progress, wait_for
 from bench.context import Bench
 from bench.report import Row
 
@@ -48,6 +49,15 @@ def run(bench: Bench) -> dict[str, Any]:
         for i in range(workers)
     ]
     try:
+        # S seconds from the first admission, not from the spawn: the window
+        # starts a second after that admission, and a start-up of a few
+        # seconds (a slow phase) would otherwise cut its end short.
+        wait_for(
+            lambda: bench.one("SELECT count(*) FROM work_items WHERE started_at IS NOT NULL"),
+            120,
+            "the first admission",
+            0.05,
+        )
         time.sleep(seconds)
     finally:
         for proc in procs:
