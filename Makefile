@@ -25,7 +25,7 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 	test-postgres-db-job test-postgres-model-job test-postgres-slow-job test-sqlite-db-job \
 	test-sqlite-slow-job \
 	test-django60-postgres new-user test-ha ha-packages test-faults test-faults-short \
-	test-bench-smoke test-model-long ci ci-django60 \
+	test-bench-smoke test-model-long ci ci-django60 ci-tail \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs deadcode
 
 $(VENV)/.installed: pyproject.toml
@@ -172,8 +172,9 @@ test-model-long: venv
 	DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 LEASING_MODEL_EXAMPLES=$(MODEL_EXAMPLES) \
 		$(PY) -m pytest tests/db/test_state_model.py $(PYTEST_ARGS)
 
-# What CI runs (.ci/run): the README's `make test`, the documentation site, the
-# benchmark smoke run, the suite on Django 6.0, the HA suite beside a short fault run.
+# What CI runs (.ci/run): the README's `make test`, then the benchmark smoke run,
+# the HA suite and ci-tail (the documentation site, the suite on Django 6.0, a
+# short fault run) at once.
 # CI's pass on Django 6.0 is the unit and db tiers on SQLite: the process and
 # browser tiers run the same code in other processes and pages, whose behaviour
 # does not depend on the Django release, and the new-user test installs the
@@ -181,6 +182,13 @@ test-model-long: venv
 DJANGO60_URL := sqlite:///$(CURDIR)/.test-django60.sqlite3
 ci-django60: venv-django60
 	DATABASE_URL=$(DJANGO60_URL) $(PY60) -m pytest tests/unit tests/db $(PYTEST_ARGS)
+
+# CI's third pipeline, beside the benchmark smoke run and the HA suite (.ci/run).
+# ha-packages first, so its apt-get never runs beside test-ha's.
+ci-tail: ha-packages
+	$(MAKE) --no-print-directory docs
+	$(MAKE) --no-print-directory ci-django60
+	$(MAKE) --no-print-directory test-faults-short
 
 ci:
 	./.ci/run
