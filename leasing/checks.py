@@ -308,7 +308,7 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     # with every command, not just `check --database`.
     messages: list[checks.CheckMessage] = []
     for alias in _leasing_aliases():
-        vendor = connections[alias].vendor
+        database = connections[alias].display_name
         try:
             storage = storage_for(alias)
         except LeasingConfigurationError:
@@ -328,7 +328,7 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         if storage is None or not storage.serves_many_hosts:
             messages.append(
                 checks.Warning(
-                    f"Database {alias!r} is {vendor}, not PostgreSQL: {POSTGRES_ONLY_FEATURES}.",
+                    f"Database {alias!r} is {database}, not PostgreSQL: {POSTGRES_ONLY_FEATURES}.",
                     hint=(
                         "For production use PostgreSQL (pip install 'django-leasing[postgres]'). "
                         "If one host is all you need, silence this warning with "

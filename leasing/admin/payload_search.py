@@ -23,10 +23,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, cast
 
-from django.db import connections
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 
+from ..storage import storage_for
 from .guards import storable
 
 COLUMNS = {"input": "input_data", "output": "output_data"}
@@ -124,10 +124,10 @@ def parse(params: dict[str, str]) -> tuple[list[PayloadFilter], list[str]]:
 
 def apply(queryset: QuerySet[Any], filters: list[PayloadFilter]) -> QuerySet[Any]:
     """Only the items every filter matches."""
-    postgres = connections[queryset.db].vendor == "postgresql"
+    containment = storage_for(queryset.db).indexes_json_containment
     for n, payload_filter in enumerate(filters):
         condition = Q()
-        if postgres:  # containment: the GIN jsonb_path_ops index answers it
+        if containment:
             for value in payload_filter.values():
                 condition |= Q(
                     **{f"{payload_filter.column}__contains": payload_filter.contained(value)}

@@ -44,7 +44,7 @@ def claim_fairly(
 ) -> list[Lease]:
     """Claim up to `n` items in turn order across the fair queues' keys."""
     d = storage_for(manager.using)
-    statement = sql.claim(d, manager.worker_id, n, terms, filters, limits, fairness)
+    statement = d.claim(manager.worker_id, n, terms, filters, limits, fairness=fairness)
     rows = d.run_claim(statement, limits)
     turns = [(row[QUEUE_COLUMN], row[TURN_COLUMNS], row[TURN_COLUMNS + 1]) for row in rows]
     manager.fair_cursors.update(sql.next_cursors(fairness, turns))

@@ -41,12 +41,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..states import PauseKind
-from ..transitions import CLAIM
-from .candidates import where
 from .limits import CLAIM_ORDER, Limits, room_cte, trim_to_room
 from .runner import Statement
-from .terms import ClaimFilters, LeaseTerms
-from .work_items import LEASE_COLUMNS, PENDING, claim_set, returning
+from .terms import ClaimFilters
+from .work_items import PENDING
 
 if TYPE_CHECKING:
     from ..storage.base import Storage
@@ -57,7 +55,13 @@ ITEM_COLUMNS = (
     "work_item_id, queue_name, work_type, fairness_key, priority, "
     "COALESCE(run_after, created_at) AS available_at, created_at"
 )
+ITEM_NAMES = (
+    "work_item_id", "queue_name", "work_type", "fairness_key", "priority", "available_at",
+    "created_at",
+)  # fmt: skip
 TURN_ORDER = "turn, pos, priority DESC, available_at, created_at, work_item_id"
+# Claim order within a key, over the columns of `ITEM_COLUMNS`.
+C_ORDER = "c.priority DESC, c.available_at, c.created_at, c.work_item_id"
 # A key's share of a claim of n, as a multiple of the even split ceil(n / keys).
 SHARE_FACTOR = 2
 # The turn of every item beyond the fair queues' keys: after them all.
@@ -154,11 +158,14 @@ def fair_candidates(
     after_done: bool = False,
 ) -> Statement:
     """CTEs (to follow `WITH RECURSIVE`) ending in `candidate`: up to `n` rows in turn order,
-    with `work_item_id` (and `ctid` on PostgreSQL), `queue_name`, `fairness_key`, `pos` and
-    `turn`."""
-    postgres = d.vendor == "postgresql"
+    with `work_item_id` (and the row's address, `Storage.with_address`), `queue_name`,
+    `fairness_key`, `pos` and `turn`."""
     lock = d.skip_locked()
     columns = d.with_address("work_item_id") + ITEM_COLUMNS.removeprefix("work_item_id")
+    # The per-key rows' columns, as `first_rows_of_each` names them.
+    picked = ", ".join(
+        f"c.{name}" for name in (*d.with_address("work_item_id").split(", "), *ITEM_NAMES[1:])
+    )
     order = CLAIM_ORDER.replace("COALESCE(run_after, created_at)", "available_at")
     ctes: list[str] = []
     params: list[Any] = []
@@ -172,46 +179,28 @@ def fair_candidates(
         ctes += key_ctes
         params += key_params
         weight, weight_params = _weight(f"ks{j}.k", fairness.weights)
-        share = f"(SELECT {SHARE_FACTOR} * ((%s + count(*) - 1) / count(*)) FROM ks{j}) * {weight}"
-        if postgres:
-            source = f"""ks{j} CROSS JOIN LATERAL (
-                SELECT {columns} FROM work_items
-                WHERE {condition} AND queue_name = %s AND fairness_key = ks{j}.k
-                ORDER BY {CLAIM_ORDER} LIMIT {share} {lock}
-            ) AS c"""
-        else:
-            # SQLite's LIMIT cannot read the outer row: every key reads its share times
-            # the largest weight (nothing is locked), and the turns pick from those.
-            most = max((w for _, w in fairness.weights), default=1)
-            source = f"""ks{j} JOIN work_items AS c ON c.work_item_id IN (
-                SELECT work_item_id FROM work_items
-                WHERE {condition} AND queue_name = %s AND fairness_key = ks{j}.k
-                ORDER BY {CLAIM_ORDER}
-                LIMIT (SELECT {SHARE_FACTOR} * ((%s + count(*) - 1) / count(*)) FROM ks{j})
-                    * {int(most)}
-            )"""
-            source = source.replace(f"SELECT {columns}", "SELECT work_item_id")
-        picked = (
-            "c.work_item_id"
-            + (", c.ctid" if postgres else "")
-            + ", c.queue_name, c.work_type, c.fairness_key, c.priority, "
-            + ("c.available_at" if postgres else "COALESCE(c.run_after, c.created_at)")
-            + " AS available_at, c.created_at"
-        )
-        c_order = (
-            "c.priority DESC, "
-            + ("c.available_at" if postgres else "COALESCE(c.run_after, c.created_at)")
-            + ", c.created_at, c.work_item_id"
+        share = f"(SELECT {SHARE_FACTOR} * ((%s + count(*) - 1) / count(*)) FROM ks{j})"
+        # A key's share of the claim, by its weight; where a LIMIT cannot read the key's
+        # row, every key reads its share times the largest weight, and the turns pick.
+        most = max((w for _, w in fairness.weights), default=1)
+        source, source_params = d.first_rows_of_each(
+            f"ks{j}",
+            columns,
+            (
+                f"{condition} AND queue_name = %s AND fairness_key = ks{j}.k",
+                [*condition_params, queue],
+            ),
+            CLAIM_ORDER,
+            (f"{share} * {weight}", [n, *weight_params]),
+            (f"{share} * {int(most)}", [n]),
         )
         ctes.append(f"""fk{j} AS (
             SELECT {picked}, ks{j}.pos AS pos,
-                   row_number() OVER (PARTITION BY ks{j}.k ORDER BY {c_order}) * 1.0 / {weight}
+                   row_number() OVER (PARTITION BY ks{j}.k ORDER BY {C_ORDER}) * 1.0 / {weight}
                        AS turn
             FROM {source}
         )""")
-        params += [*weight_params, *condition_params, queue, n]
-        if postgres:
-            params += weight_params
+        params += [*weight_params, *source_params]
         branches.append(f"SELECT * FROM fk{j}")
         # The queue's items without a key take one more turn. Ordered by the key too
         # (NULL), which only the fair index gives without a sort: otherwise the planner
@@ -245,9 +234,9 @@ def fair_candidates(
             rows = trim_to_room(rows, PauseKind.WORK_TYPE.value, "work_type", TURN_ORDER)
         if limits.queues:
             rows = trim_to_room(rows, PauseKind.QUEUE.value, "queue_name", TURN_ORDER)
-    address = ", ctid" if postgres else ""
+    address = d.with_address("work_item_id")
     ctes.append(f"""candidate AS (
-        SELECT work_item_id{address}, queue_name, fairness_key, pos, turn FROM ({rows}) AS t
+        SELECT {address}, queue_name, fairness_key, pos, turn FROM ({rows}) AS t
         ORDER BY {TURN_ORDER} LIMIT %s
     )""")
     params.append(n)
@@ -272,38 +261,3 @@ def next_cursors(
         if queue not in last or place > last[queue][0]:
             last[queue] = (place, key)
     return {queue: key for queue, (_, key) in last.items()}
-
-
-def claim(
-    d: Storage,
-    holder: str,
-    n: int,
-    terms: LeaseTerms,
-    filters: ClaimFilters,
-    limits: Limits,
-    fairness: Fairness,
-) -> Statement:
-    """Claim up to `n` items in turn order; rows are `LEASE_COLUMNS`, then the item's
-    fairness key and its key's place in the rotation (`next_cursors`)."""
-    condition, condition_params = where(d, filters)
-    ctes, params = fair_candidates(d, condition, condition_params, n, fairness, limits)
-    set_sql, set_params = claim_set(d, holder, terms)
-    if d.vendor == "postgresql":
-        sql = f"""
-            WITH {ctes},
-            claimed AS (
-                UPDATE work_items SET {set_sql}
-                WHERE work_items.ctid = ANY(ARRAY(SELECT ctid FROM candidate))
-                RETURNING {returning("work_items")}
-            )
-            SELECT {returning("claimed")}, candidate.fairness_key, candidate.pos
-            FROM claimed JOIN candidate ON candidate.work_item_id = claimed.work_item_id
-        """
-        return d.in_claim_order(sql), [*params, *set_params]
-    sql = f"""
-        WITH {ctes}
-        UPDATE work_items SET {set_sql}
-        WHERE work_item_id IN (SELECT work_item_id FROM candidate) AND {CLAIM.leaves()}
-        RETURNING {", ".join(LEASE_COLUMNS)}, fairness_key, NULL
-    """
-    return sql, [*params, *set_params]

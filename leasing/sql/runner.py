@@ -23,22 +23,13 @@ from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils.dateparse import parse_datetime
 
 from ..exceptions import DatabaseUnavailable
+from ..storage import storage_of_error
 
 if TYPE_CHECKING:
     from ..storage.base import Storage
 
 
 Statement = tuple[str, list[Any]]
-
-# SQLSTATEs of a lost or unusable connection: 08 (connection exception), the
-# server shutting down or refusing to start one, too many connections, and a
-# session left on a server that became read-only (a demoted primary after a
-# failover): reconnecting is the remedy for each.
-_CONNECTION_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53300", "25006")
-_SQLITE_UNAVAILABLE = ("unable to open", "disk i/o error")
-# Deadlock detected, serialization failure, lock not available (lock_timeout).
-_CONFLICT_SQLSTATES = ("40P01", "40001", "55P03")
-_SQLITE_BUSY = ("database is locked", "database table is locked", "database is busy")
 
 
 def run(using: str, statement: Statement) -> list[dict[str, Any]]:
@@ -114,11 +105,8 @@ def _cause(exc: BaseException) -> BaseException:
 def is_lock_conflict(exc: BaseException) -> bool:
     """The statement was aborted by a lock conflict and changed nothing: run it again."""
     cause = _cause(exc)
-    if getattr(cause, "sqlstate", None) in _CONFLICT_SQLSTATES:
-        return True
-    return type(cause).__module__.startswith("sqlite3") and any(
-        marker in str(cause).lower() for marker in _SQLITE_BUSY
-    )
+    driver = storage_of_error(cause)
+    return driver is not None and driver.is_lock_conflict(cause)
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -126,14 +114,9 @@ def is_connection_error(exc: BaseException) -> bool:
     if isinstance(exc, DatabaseUnavailable | InterfaceError):
         return True
     cause = _cause(exc)
-    sqlstate = getattr(cause, "sqlstate", "missing")
-    if sqlstate != "missing":  # psycopg
-        # No SQLSTATE: the server never answered (refused, reset, timed out).
-        return sqlstate is None or str(sqlstate).startswith(_CONNECTION_SQLSTATES)
-    if type(cause).__module__.startswith("sqlite3"):
-        return any(marker in str(cause).lower() for marker in _SQLITE_UNAVAILABLE)
+    driver = storage_of_error(cause)
     # An error from a driver we do not know is treated as an outage.
-    return True
+    return driver is None or driver.is_unavailable(cause)
 
 
 # How many times a statement that met a concurrent holder of a unique key is
@@ -144,12 +127,8 @@ UNIQUE_RACE_ATTEMPTS = 3
 def is_unique_violation(exc: BaseException, index: str, columns: str) -> bool:
     """The statement broke the unique index `index` on `columns` ("table.a, table.b")."""
     cause = _cause(exc)
-    if getattr(cause, "sqlstate", None) == "23505":  # psycopg names the index
-        return getattr(getattr(cause, "diag", None), "constraint_name", None) == index
-    # SQLite names the columns: "UNIQUE constraint failed: t.a, t.b".
-    return type(cause).__module__.startswith("sqlite3") and str(cause).endswith(
-        f"UNIQUE constraint failed: {columns}"
-    )
+    driver = storage_of_error(cause)
+    return driver is not None and driver.breaks_unique(cause, index, columns)
 
 
 def is_infrastructure_error(exc: BaseException) -> bool:

@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 _CLASSES: dict[str, type[Storage]] = {}
 
 
-def storage_for(using: str = "default") -> Storage:
-    """The storage of a database alias (a new, cheap object: it holds only the alias)."""
+def _classes() -> dict[str, type[Storage]]:
     if not _CLASSES:
         # Imported on first use: the vendor modules import the catalogue, which
         # imports this package's types.
@@ -38,8 +37,13 @@ def storage_for(using: str = "default") -> Storage:
         from .sqlite import SQLiteStorage
 
         _CLASSES.update({"postgresql": PostgresStorage, "sqlite": SQLiteStorage})
+    return _CLASSES
+
+
+def storage_for(using: str = "default") -> Storage:
+    """The storage of a database alias (a new, cheap object: it holds only the alias)."""
     vendor = connections[using].vendor
-    cls = _CLASSES.get(vendor)
+    cls = _classes().get(vendor)
     if cls is None:
         # Other backends lack SKIP LOCKED or RETURNING the way the statements
         # use them; failing loudly beats double-claiming.
@@ -49,4 +53,12 @@ def storage_for(using: str = "default") -> Storage:
     return cls(using)
 
 
-__all__ = ["storage_for"]
+def storage_of_error(error: BaseException) -> type[Storage] | None:
+    """The storage whose driver raised `error` (None: a driver leasing does not know)."""
+    for cls in _classes().values():
+        if cls.raised(error):
+            return cls
+    return None
+
+
+__all__ = ["storage_for", "storage_of_error"]

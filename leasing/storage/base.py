@@ -72,6 +72,8 @@ class Storage(ABC):
     streams_large_batches: bool = False
     # The planner estimates a query's rows cheaply (`estimated_rows`).
     estimates_rows: bool = False
+    # A JSON containment filter (`__contains`) runs, and an index answers it.
+    indexes_json_containment: bool = False
 
     __slots__ = ("using",)
 
@@ -221,8 +223,28 @@ class Storage(ABC):
         limits: Limits,
         *,
         by_type: bool = False,
+        fairness: Fairness | None = None,
     ) -> Statement:
-        """Claim up to `n` items in claim order; returns their lease columns."""
+        """Claim up to `n` items in claim order; returns their lease columns. With
+        `fairness`, in turn order, each row followed by its fairness key and its key's
+        place in the rotation (`leasing.sql.fairness`)."""
+
+    @abstractmethod
+    def first_rows_of_each(
+        self,
+        outer: str,
+        columns: str,
+        where: Statement,
+        order: str,
+        limit: Statement,
+        flat_limit: Statement,
+    ) -> Statement:
+        """`outer` joined to, for each of its rows, the first `work_items` rows by `order`
+        that match `where` (which may read the outer row), as `c` with `columns`' names.
+
+        At most `limit` rows each (an expression that may read the outer row), or
+        `flat_limit` (one that may not) where a subquery's LIMIT cannot see its
+        outer row; a claim's candidates, so locked as `skip_locked` locks them."""
 
     @abstractmethod
     def run_claim(self, statement: Statement, limits: Limits) -> list[tuple[Any, ...]]:
@@ -330,7 +352,32 @@ class Storage(ABC):
         """What the alias's OPTIONS lack for concurrent workers (empty: nothing)."""
         return []
 
+    # --- driver errors (class methods: a caller may hold only the error) ------------------
+
+    @classmethod
+    def raised(cls, error: BaseException) -> bool:
+        """The error comes from this database's driver."""
+        return False
+
+    @classmethod
+    def is_lock_conflict(cls, error: BaseException) -> bool:
+        """The statement was aborted by a lock conflict and changed nothing."""
+        return False
+
+    @classmethod
+    def is_unavailable(cls, error: BaseException) -> bool:
+        """The database is unreachable, not the statement wrong."""
+        return True
+
+    @classmethod
+    def breaks_unique(cls, error: BaseException, index: str, columns: str) -> bool:
+        """The statement broke the unique index `index` on `columns` ("table.a, table.b")."""
+        return False
+
     # --- running statements ---------------------------------------------------------------
+
+    def bound_statements(self, seconds: float) -> None:  # noqa: B027 - SQLite: its busy timeout
+        """Cancel this thread's later statements that run longer than `seconds`."""
 
     def prepare(self, cursor: Any) -> None:  # noqa: B027 - nothing to prepare by default
         """Adjust a cursor before a catalogue statement runs on it."""

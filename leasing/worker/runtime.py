@@ -30,7 +30,7 @@ import random
 import threading
 import time
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from ..conf import get_settings
 from ..exceptions import DatabaseUnavailable, LeaseConflictError
@@ -38,7 +38,7 @@ from ..services import processes
 from ..services.backlog import due_within
 from ..services.leases import LeaseManager
 from ..sql.processes import RunReport
-from ..sql.runner import close_connection, is_lock_conflict, run
+from ..sql.runner import close_connection, is_lock_conflict
 from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from ..storage import storage_for
 from .dispatcher import Dispatcher
@@ -147,16 +147,14 @@ class WorkerRuntime:
     def _hand_back_all(self) -> int:
         """A forced stop: give every run in flight back at once (one statement).
 
-        On PostgreSQL the statement is bounded by a `statement_timeout` of
-        `FORCED_STATEMENT_TIMEOUT`, so a row lock held elsewhere cancels it on
-        the server rather than leave it waiting after the process is gone.
+        The statement is bounded by `FORCED_STATEMENT_TIMEOUT` (a
+        `statement_timeout` on PostgreSQL), so a row lock held elsewhere cancels
+        it on the server rather than leave it waiting after the process is gone.
         """
         self._stop.set()
         using = self.config.using
         try:
-            if connections[using].vendor == "postgresql":
-                timeout = f"{round(FORCED_STATEMENT_TIMEOUT * 1000)}ms"
-                run(using, ("SELECT set_config('statement_timeout', %s, false)", [timeout]))
+            storage_for(using).bound_statements(FORCED_STATEMENT_TIMEOUT)
             return self.manager.requeue_all([slot.key for slot in self.slots])
         finally:
             close_connection(using)  # this thread's own

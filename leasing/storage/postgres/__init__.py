@@ -30,6 +30,15 @@ if TYPE_CHECKING:
     from ...sql.renewals import Renewal
     from ...sql.terms import ClaimFilters, LeaseTerms
 
+# SQLSTATEs of a lost or unusable connection: 08 (connection exception), the
+# server shutting down or refusing to start one, too many connections, and a
+# session left on a server that became read-only (a demoted primary after a
+# failover): reconnecting is the remedy for each.
+CONNECTION_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53300", "25006")
+# Deadlock detected, serialization failure, lock not available (lock_timeout).
+CONFLICT_SQLSTATES = ("40P01", "40001", "55P03")
+UNIQUE_VIOLATION = "23505"
+
 # Planner settings a claim runs with switched off (`in_claim_order`).
 CLAIM_PLANNER_OFF = ("enable_sort", "enable_bitmapscan", "jit")
 
@@ -41,6 +50,7 @@ class PostgresStorage(Storage):
     completes_while_claiming = True
     streams_large_batches = True
     estimates_rows = True
+    indexes_json_containment = True  # the GIN jsonb_path_ops indexes
 
     __slots__ = ()
 
@@ -209,8 +219,26 @@ class PostgresStorage(Storage):
         limits: Limits,
         *,
         by_type: bool = False,
+        fairness: Fairness | None = None,
     ) -> Statement:
-        return claims.claim(self, holder, n, terms, filters, limits, by_type=by_type)
+        return claims.claim(
+            self, holder, n, terms, filters, limits, by_type=by_type, fairness=fairness
+        )
+
+    def first_rows_of_each(
+        self,
+        outer: str,
+        columns: str,
+        where: Statement,
+        order: str,
+        limit: Statement,
+        flat_limit: Statement,
+    ) -> Statement:
+        sql = f"""{outer} CROSS JOIN LATERAL (
+            SELECT {columns} FROM work_items WHERE {where[0]}
+            ORDER BY {order} LIMIT {limit[0]} {self.skip_locked()}
+        ) AS c"""
+        return sql, [*where[1], *limit[1]]
 
     def run_claim(self, statement: Statement, limits: Limits) -> list[tuple[Any, ...]]:
         """A claim that may touch a limited key first takes the keys' advisory locks.
@@ -357,6 +385,12 @@ class PostgresStorage(Storage):
 
     # --- running statements ---------------------------------------------------------------
 
+    def bound_statements(self, seconds: float) -> None:
+        # The session's setting: a row lock held elsewhere cancels the statement on
+        # the server rather than leave it waiting after the process is gone.
+        timeout = f"{round(seconds * 1000)}ms"
+        self._run(("SELECT set_config('statement_timeout', %s, false)", [timeout]))
+
     def prepare(self, cursor: Any) -> None:
         """Read timestamptz columns with psycopg's own (C) loader on this cursor.
 
@@ -381,6 +415,30 @@ class PostgresStorage(Storage):
         result = cursor.cursor.pgresult
         return result is not None and (
             result.nfields > 0 or result.status == pq.ExecStatus.TUPLES_OK
+        )
+
+    # --- driver errors -------------------------------------------------------------------
+
+    @classmethod
+    def raised(cls, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", "missing") != "missing"  # psycopg's
+
+    @classmethod
+    def is_lock_conflict(cls, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", None) in CONFLICT_SQLSTATES
+
+    @classmethod
+    def is_unavailable(cls, error: BaseException) -> bool:
+        # No SQLSTATE: the server never answered (refused, reset, timed out).
+        sqlstate = getattr(error, "sqlstate", None)
+        return sqlstate is None or str(sqlstate).startswith(CONNECTION_SQLSTATES)
+
+    @classmethod
+    def breaks_unique(cls, error: BaseException, index: str, columns: str) -> bool:
+        # psycopg names the index.
+        return (
+            getattr(error, "sqlstate", None) == UNIQUE_VIOLATION
+            and getattr(getattr(error, "diag", None), "constraint_name", None) == index
         )
 
     def _run(self, statement: Statement) -> None:

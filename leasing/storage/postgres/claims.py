@@ -44,14 +44,25 @@ def claim(
     limits: Limits = NO_LIMITS,
     *,
     by_type: bool = False,
+    fairness: Fairness | None = None,
 ) -> Statement:
     """Claim up to `n` items in claim order; returns their lease columns.
 
     Paused queues and work types are skipped; with `limits` (run after
     `lock_limits`, in one transaction) no limited queue or type goes past its limit.
+    With `fairness`, in turn order, each row followed by its key and the key's place.
     """
-    ctes, params = claim_ctes(d, holder, n, terms, filters, limits, by_type=by_type)
-    sql = f"WITH {ctes} SELECT {', '.join(LEASE_COLUMNS)} FROM claimed"
+    ctes, params = claim_ctes(
+        d, holder, n, terms, filters, limits, by_type=by_type, fairness=fairness
+    )
+    if fairness is None:
+        sql = f"WITH {ctes} SELECT {', '.join(LEASE_COLUMNS)} FROM claimed"
+    else:
+        sql = f"""
+            WITH RECURSIVE {ctes}
+            SELECT {returning("claimed")}, candidate.fairness_key, candidate.pos
+            FROM claimed JOIN candidate ON candidate.work_item_id = claimed.work_item_id
+        """
     return d.in_claim_order(sql), params
 
 

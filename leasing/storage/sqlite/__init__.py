@@ -27,11 +27,14 @@ from . import statements as sql
 from .recovery import recover
 
 if TYPE_CHECKING:
+    from ...sql.fairness import Fairness
     from ...sql.limits import Limits
     from ...sql.new_items import NewItem, RichRow
     from ...sql.renewals import Renewal
     from ...sql.terms import ClaimFilters, LeaseTerms
 
+_UNAVAILABLE = ("unable to open", "disk i/o error")
+_BUSY = ("database is locked", "database table is locked", "database is busy")
 # Datetimes are ISO text in UTC. `%%` because Django runs every statement
 # through parameter substitution.
 _NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
@@ -144,8 +147,26 @@ class SQLiteStorage(Storage):
         limits: Limits,
         *,
         by_type: bool = False,
+        fairness: Fairness | None = None,
     ) -> Statement:
-        return sql.claim(self, holder, n, terms, filters, limits)
+        return sql.claim(self, holder, n, terms, filters, limits, fairness=fairness)
+
+    def first_rows_of_each(
+        self,
+        outer: str,
+        columns: str,
+        where: Statement,
+        order: str,
+        limit: Statement,
+        flat_limit: Statement,
+    ) -> Statement:
+        # A LIMIT cannot read the outer row here, and nothing is locked (one writer).
+        statement = f"""{outer} JOIN (SELECT {columns} FROM work_items) AS c
+            ON c.work_item_id IN (
+                SELECT work_item_id FROM work_items WHERE {where[0]}
+                ORDER BY {order} LIMIT {flat_limit[0]}
+            )"""
+        return statement, [*where[1], *flat_limit[1]]
 
     def run_claim(self, statement: Statement, limits: Limits) -> list[tuple[Any, ...]]:
         from ...sql.runner import run_rows
@@ -218,6 +239,25 @@ class SQLiteStorage(Storage):
         """One group per item, bucketed here (SQLite has no `date_bin`)."""
         items = run(self.using, sql.finished_items(self, start, end))
         return [_grouped(item, step, origin) for item in items]
+
+    # --- driver errors -------------------------------------------------------------------
+
+    @classmethod
+    def raised(cls, error: BaseException) -> bool:
+        return type(error).__module__.startswith("sqlite3")
+
+    @classmethod
+    def is_lock_conflict(cls, error: BaseException) -> bool:
+        return any(marker in str(error).lower() for marker in _BUSY)
+
+    @classmethod
+    def is_unavailable(cls, error: BaseException) -> bool:
+        return any(marker in str(error).lower() for marker in _UNAVAILABLE)
+
+    @classmethod
+    def breaks_unique(cls, error: BaseException, index: str, columns: str) -> bool:
+        # SQLite names the columns: "UNIQUE constraint failed: t.a, t.b".
+        return str(error).endswith(f"UNIQUE constraint failed: {columns}")
 
     def option_problems(self) -> list[str]:
         """What the alias's OPTIONS lack for concurrent workers (empty: nothing)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ...sql.candidates import plain_candidates, where
 from ...sql.checkpoints import COLUMNS as CHECKPOINT_COLUMNS
 from ...sql.checkpoints import ERROR_BOUNDARY, tasks_past_retention
+from ...sql.fairness import Fairness, fair_candidates
 from ...sql.limits import Limits, limited_candidates
 from ...sql.new_items import COLUMNS, NEW_STATUS, RICH_COLUMNS, NewItem, RichRow
 from ...sql.recovery import decisions, pick_filter, recovered_set, superseded
@@ -155,16 +156,28 @@ def claim(
     filters: ClaimFilters,
     limits: Limits = NO_LIMITS,
     *,
-    by_type: bool = False,
+    fairness: Fairness | None = None,
 ) -> Statement:
     """Claim up to `n` items in claim order; returns their lease columns.
 
     Paused queues and work types are skipped; no limited queue or type goes
     past its limit (the count in the statement is exact: one writer at a time).
+    With `fairness`, in turn order, each row followed by its key and NULL (an
+    UPDATE cannot return the key's place: `next_cursors` takes code-point order).
     """
     # One writer at a time; the status re-check makes the UPDATE a
     # compare-and-swap even if the subquery saw an older row.
     set_sql, set_params = claim_set(d, holder, terms)
+    if fairness is not None:
+        condition, condition_params = where(d, filters)
+        ctes, cte_params = fair_candidates(d, condition, condition_params, n, fairness, limits)
+        sql = f"""
+            WITH {ctes}
+            UPDATE work_items SET {set_sql}
+            WHERE work_item_id IN (SELECT work_item_id FROM candidate) AND {CLAIM.leaves()}
+            RETURNING {", ".join(LEASE_COLUMNS)}, fairness_key, NULL
+        """
+        return sql, [*cte_params, *set_params]
     if limits:
         condition, condition_params = where(d, filters)
         ctes, candidate_params = limited_candidates(d, condition, condition_params, n, limits)
