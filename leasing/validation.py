@@ -36,6 +36,19 @@ MAX_JSON_DEPTH = 100
 # call. ensure_ascii=False keeps lone surrogates as characters, so the UTF-8
 # encoding that measures the size also finds them.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+# The encoder's C core, made once: `JSONEncoder.encode` makes a new one for
+# every value, most of the cost of a small payload. It has no circular
+# reference markers (a markers dict shared between calls would keep the ids an
+# error left in it): a cycle recurses until RecursionError, refused below as
+# nested too deep, which it is.
+_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODE = (
+    None
+    if _MAKE_C_ENCODER is None
+    else _MAKE_C_ENCODER(
+        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+)
 # Ten years: longer "durations" are typos, and make_interval() would overflow first.
 MAX_SECONDS = 10 * 365 * 24 * 3600
 
@@ -137,7 +150,7 @@ def payload(
     if value is None and not required:
         return None
     try:
-        encoded = _ENCODER.encode(value)
+        encoded = _ENCODER.encode(value) if _C_ENCODE is None else "".join(_C_ENCODE(value, 0))
     except RecursionError:
         raise PayloadNotSerializable(
             f"{name} is nested more than {MAX_JSON_DEPTH} levels deep."
@@ -145,7 +158,7 @@ def payload(
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"{name} is not JSON-serializable: {exc}") from exc
     try:
-        size = len(encoded.encode("utf-8"))
+        size = len(encoded) if encoded.isascii() else len(encoded.encode("utf-8"))
     except UnicodeEncodeError:
         raise PayloadNotSerializable(
             f"{name} contains a lone surrogate character, which JSON columns reject."

@@ -239,6 +239,8 @@ _ALLOWED_KEYS = frozenset(
 # The keys `_validate` hands to `item_rules`: a large batch in which any item
 # sets one is validated in full before it is written, not streamed into a COPY.
 _RULE_KEYS = ("unique_key", "unique_while", "depends_on", "on_dependency_failure")
+# The keys that keep a large batch out of the COPY when set (not None).
+_STREAM_BREAKERS = frozenset((*_RULE_KEYS, "rate_limit"))
 
 
 def enqueue_many(items: Iterable[Mapping[str, Any]], *, using: str = "default") -> list[WorkItem]:
@@ -288,8 +290,8 @@ def _validated(specs: list[Any], ids: list[str]) -> Iterator[NewItem]:
     for index, item in enumerate(specs):
         if not isinstance(item, Mapping):
             raise InvalidInput(f"item {index} must be a mapping of enqueue() arguments.")
-        unknown = set(item) - _ALLOWED_KEYS
-        if unknown:
+        if not _ALLOWED_KEYS.issuperset(item):
+            unknown = set(item) - _ALLOWED_KEYS
             raise InvalidInput(
                 f"item {index} has unknown keys {sorted(unknown)}; "
                 f"allowed: {', '.join(sorted(_ALLOWED_KEYS))}."
@@ -309,7 +311,8 @@ def _streamed(using: str, specs: list[Any]) -> bool:
         and storage_for(using).streams_large_batches
         and not any(
             isinstance(spec, Mapping)
-            and any(spec.get(key) is not None for key in (*_RULE_KEYS, "rate_limit"))
+            and not _STREAM_BREAKERS.isdisjoint(spec)
+            and any(spec.get(key) is not None for key in _STREAM_BREAKERS)
             for spec in specs
         )
     )
@@ -319,44 +322,100 @@ def _copy_while_validating(using: str, specs: list[Any], ids: list[str]) -> list
     """Validate each item as the storage's stream takes the one before it (a COPY).
 
     The server inserts (and indexes) rows while this process checks and
-    encodes the next ones, instead of one waiting for the other. An item that fails validation
-    aborts the COPY, and the transaction writes nothing, as when every item
-    is checked first. Nothing here may touch the database while the COPY runs.
+    encodes the next ones and builds their `WorkItem`s, instead of one waiting
+    for the other; only the shared creation time is set once the COPY is done.
+    An item that fails validation aborts the COPY, and the transaction writes
+    nothing, as when every item is checked first. Nothing here may touch the
+    database while the COPY runs.
     """
     new_items: list[NewItem] = []
+    build = _builder(using)
+    instances: list[WorkItem] = []
 
     def stream() -> Iterator[NewItem]:
         for item in _validated(specs, ids):
             new_items.append(item)
+            if build is not None:
+                instances.append(build(item, None))
             yield item
 
     storage = storage_for(using)
     with translate_db_errors(), transaction.atomic(using=using):
         created_at = storage.stream(stream())
         storage.notify(i.queue_name for i in new_items)
-    return _instances(new_items, lambda _item: created_at, using)
+    if build is None:
+        return _instances(new_items, lambda _item: created_at, using)
+    for instance in instances:
+        values = instance.__dict__
+        values["created_at"] = values["updated_at"] = created_at
+    return instances
 
 
 def _instances(
     items: list[NewItem], created_at: Callable[[NewItem], Any], using: str
 ) -> list[WorkItem]:
-    """The inserted rows as `WorkItem`s, without a round trip to read them back.
+    """The inserted rows as `WorkItem`s, without a round trip to read them back."""
+    build = _builder(using)
+    if build is None:
+        # Someone listens to WorkItem's pre_init/post_init: the signals' way.
+        from ..models import WorkItem
 
-    Model.__init__ costs a setattr per field and two signals per row, which
-    adds up on large batches. Unless someone listens
-    to WorkItem's pre_init/post_init, the instances are assembled the way
-    `Model.from_db` leaves them, from a ready `__dict__`.
-    """
+        fields = [f.attname for f in WorkItem._meta.concrete_fields]
+        return [
+            WorkItem.from_db(using, fields, [values[f] for f in fields])
+            for values in (_values(item, created_at(item)) for item in items)
+        ]
+    return [build(item, created_at(item)) for item in items]
+
+
+def _values(item: NewItem, stamp: Any) -> dict[str, Any]:
+    """A new row's field values by attribute name."""
+    from ..models import WorkItem
+
+    values = dict.fromkeys(f.attname for f in WorkItem._meta.concrete_fields)
+    values.update(_NEW_ROW)
+    values.update(
+        work_item_id=item.work_item_id,
+        task_id=item.task_id,
+        work_type=item.work_type,
+        priority=item.priority,
+        max_retries=item.max_retries,
+        run_after=item.run_after,
+        queue_name=item.queue_name,
+        input_data=item.input_data,
+        rate_key=item.rate_key,
+        fairness_key=item.fairness_key,
+        created_at=stamp,
+        updated_at=stamp,
+    )
+    return values
+
+
+# The columns a new row gets from the database's defaults, as they read back.
+_NEW_ROW = {
+    "status": WorkItemStatus.PENDING,
+    "lease_token": 0,
+    "retry_count": 0,
+    "interruptions": 0,
+    "dependencies_left": 0,
+    "has_dependents": False,
+}
+
+
+def _builder(using: str) -> Callable[[NewItem, Any], WorkItem] | None:
+    """A function that makes a new row's `WorkItem` from a ready `__dict__`, the
+    way `Model.from_db` leaves one; None when someone listens to WorkItem's
+    pre_init/post_init (Model.__init__ sends both and costs a setattr per field,
+    which adds up on large batches)."""
     # Models load only after django.setup(); this module must import before it.
     from ..models import WorkItem
 
-    fields = [f.attname for f in WorkItem._meta.concrete_fields]
-    defaults = dict.fromkeys(fields)
-    defaults.update(status=WorkItemStatus.PENDING, lease_token=0, retry_count=0, interruptions=0)
-    listened = signals.pre_init.has_listeners(WorkItem) or signals.post_init.has_listeners(WorkItem)
-    result = []
-    for item in items:
-        stamp = created_at(item)
+    if signals.pre_init.has_listeners(WorkItem) or signals.post_init.has_listeners(WorkItem):
+        return None
+    defaults = dict.fromkeys(f.attname for f in WorkItem._meta.concrete_fields)
+    defaults.update(_NEW_ROW)
+
+    def build(item: NewItem, stamp: Any) -> WorkItem:
         values = defaults.copy()
         values["work_item_id"] = item.work_item_id
         values["task_id"] = item.task_id
@@ -369,16 +428,14 @@ def _instances(
         values["rate_key"] = item.rate_key
         values["fairness_key"] = item.fairness_key
         values["created_at"] = values["updated_at"] = stamp
-        if listened:
-            result.append(WorkItem.from_db(using, fields, [values[f] for f in fields]))
-            continue
         instance = WorkItem.__new__(WorkItem)
         instance.__dict__.update(values)
         instance._state = ModelState()
         instance._state.adding = False
         instance._state.db = using
-        result.append(instance)
-    return result
+        return instance
+
+    return build
 
 
 def _insert(using: str, items: list[NewItem]) -> Callable[[NewItem], datetime | None]:

@@ -25,9 +25,10 @@ NEW_STATUS = T.ENQUEUE.target()
 COPY_THRESHOLD = 2000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NewItem:
-    """One validated row to insert."""
+    """One validated row to insert (not frozen: a frozen dataclass's __init__ sets
+    each field through object.__setattr__, and a large batch makes one per item)."""
 
     work_item_id: str
     task_id: str

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import signals
 from django.test.utils import CaptureQueriesContext
 
 from leasing import enqueue, enqueue_many
@@ -63,6 +64,12 @@ def test_run_after_is_stored():
     assert WorkItem.objects.deferred().count() == 1
 
 
+def _cycle() -> dict:
+    cyclic: dict = {}
+    cyclic["self"] = [cyclic]
+    return cyclic
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
@@ -72,6 +79,8 @@ def test_run_after_is_stored():
         ({"input_data": {"when": datetime.now(UTC)}}, PayloadNotSerializable, "JSON"),
         ({"input_data": {1, 2}}, PayloadNotSerializable, "JSON"),
         ({"input_data": float("nan")}, PayloadNotSerializable, "JSON"),
+        ({"input_data": _cycle()}, PayloadNotSerializable, "nested more than 100 levels"),
+        ({"input_data": {"a": "\ud800"}}, PayloadNotSerializable, "lone surrogate"),
         ({"input_data": "x" * 2000}, PayloadTooLarge, "over the limit of 1000 bytes"),
         ({"priority": "high"}, InvalidInput, "priority must be an integer"),
         ({"priority": 2**31}, InvalidInput, "priority must be at most"),
@@ -237,3 +246,29 @@ def test_a_batch_in_a_callers_rolled_back_transaction_wakes_nobody(db):
             raise RuntimeError("the caller's transaction rolls back")
         assert list(listener.notifies(timeout=0.3)) == []
     assert WorkItem.objects.count() == 0
+
+
+@pytest.mark.parametrize("size", [3, LARGE])
+@pytest.mark.parametrize("receiver", [False, True], ids=["built-directly", "post_init-receiver"])
+def test_the_returned_items_are_the_stored_rows_whoever_listens_to_their_init(size, receiver):
+    """Without init receivers the items are built from a ready __dict__ (for a large
+    batch while its COPY runs); with one, through Model.__init__, which sends it."""
+    seen = []
+
+    def on_init(sender, instance, **kwargs):
+        seen.append(instance.work_item_id)
+
+    if receiver:
+        signals.post_init.connect(on_init, sender=WorkItem)
+    try:
+        items = enqueue_many(_large()[:size])
+    finally:
+        signals.post_init.disconnect(on_init, sender=WorkItem)
+    assert seen == ([i.pk for i in items] if receiver else [])
+    fields = [f.attname for f in WorkItem._meta.concrete_fields]
+    stored = {row.pk: row for row in WorkItem.objects.all()}
+    assert len(stored) == size
+    for item in items:
+        assert item._state.adding is False and item._state.db == "default"
+        row = stored[item.pk]
+        assert {f: getattr(item, f) for f in fields} == {f: getattr(row, f) for f in fields}
