@@ -363,43 +363,41 @@ def _instances(
         fields = [f.attname for f in WorkItem._meta.concrete_fields]
         return [
             WorkItem.from_db(using, fields, [values[f] for f in fields])
-            for values in (_values(item, created_at(item)) for item in items)
+            for values in (_values(_row_defaults(), item, created_at(item)) for item in items)
         ]
     return [build(item, created_at(item)) for item in items]
 
 
-def _values(item: NewItem, stamp: Any) -> dict[str, Any]:
-    """A new row's field values by attribute name."""
+def _row_defaults() -> dict[str, Any]:
+    """A new row's values before its item's: the database's defaults, as they read back."""
     from ..models import WorkItem
 
-    values = dict.fromkeys(f.attname for f in WorkItem._meta.concrete_fields)
-    values.update(_NEW_ROW)
+    values: dict[str, Any] = dict.fromkeys(f.attname for f in WorkItem._meta.concrete_fields)
     values.update(
-        work_item_id=item.work_item_id,
-        task_id=item.task_id,
-        work_type=item.work_type,
-        priority=item.priority,
-        max_retries=item.max_retries,
-        run_after=item.run_after,
-        queue_name=item.queue_name,
-        input_data=item.input_data,
-        rate_key=item.rate_key,
-        fairness_key=item.fairness_key,
-        created_at=stamp,
-        updated_at=stamp,
+        status=WorkItemStatus.PENDING,
+        lease_token=0,
+        retry_count=0,
+        interruptions=0,
+        dependencies_left=0,
+        has_dependents=False,
     )
     return values
 
 
-# The columns a new row gets from the database's defaults, as they read back.
-_NEW_ROW = {
-    "status": WorkItemStatus.PENDING,
-    "lease_token": 0,
-    "retry_count": 0,
-    "interruptions": 0,
-    "dependencies_left": 0,
-    "has_dependents": False,
-}
+def _values(values: dict[str, Any], item: NewItem, stamp: Any) -> dict[str, Any]:
+    """`values` (a new row's defaults) with the item's own, by attribute name."""
+    values["work_item_id"] = item.work_item_id
+    values["task_id"] = item.task_id
+    values["work_type"] = item.work_type
+    values["priority"] = item.priority
+    values["max_retries"] = item.max_retries
+    values["run_after"] = item.run_after
+    values["queue_name"] = item.queue_name
+    values["input_data"] = item.input_data
+    values["rate_key"] = item.rate_key
+    values["fairness_key"] = item.fairness_key
+    values["created_at"] = values["updated_at"] = stamp
+    return values
 
 
 def _builder(using: str) -> Callable[[NewItem, Any], WorkItem] | None:
@@ -412,24 +410,11 @@ def _builder(using: str) -> Callable[[NewItem, Any], WorkItem] | None:
 
     if signals.pre_init.has_listeners(WorkItem) or signals.post_init.has_listeners(WorkItem):
         return None
-    defaults = dict.fromkeys(f.attname for f in WorkItem._meta.concrete_fields)
-    defaults.update(_NEW_ROW)
+    defaults = _row_defaults()
 
     def build(item: NewItem, stamp: Any) -> WorkItem:
-        values = defaults.copy()
-        values["work_item_id"] = item.work_item_id
-        values["task_id"] = item.task_id
-        values["work_type"] = item.work_type
-        values["priority"] = item.priority
-        values["max_retries"] = item.max_retries
-        values["run_after"] = item.run_after
-        values["queue_name"] = item.queue_name
-        values["input_data"] = item.input_data
-        values["rate_key"] = item.rate_key
-        values["fairness_key"] = item.fairness_key
-        values["created_at"] = values["updated_at"] = stamp
         instance = WorkItem.__new__(WorkItem)
-        instance.__dict__.update(values)
+        instance.__dict__.update(_values(defaults.copy(), item, stamp))
         instance._state = ModelState()
         instance._state.adding = False
         instance._state.db = using
