@@ -22,9 +22,7 @@ DATABASE_NAMES = {"postgresql", "postgres", "sqlite", "sqlite3", "mysql", "oracl
 
 def _outside() -> list[Path]:
     return sorted(
-        path
-        for path in PACKAGE.rglob("*.py")
-        if path.relative_to(PACKAGE).parts[0] not in INSIDE
+        path for path in PACKAGE.rglob("*.py") if path.relative_to(PACKAGE).parts[0] not in INSIDE
     )
 
 
