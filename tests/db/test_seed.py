@@ -51,6 +51,7 @@ def counts() -> tuple[int, int, int, int]:
 
 
 def test_demo_data_covers_every_status_type_and_lease_state():
+    seeded_at = database_now()
     output = seed("--fresh")
     assert "Loaded the demo data set" in output
 
@@ -76,8 +77,12 @@ def test_demo_data_covers_every_status_type_and_lease_state():
     assert health.stale >= 1 and health.expired >= 1 and health.no_progress >= 1
     workers = dict(Worker.objects.values_list("worker_id", "status"))
     assert {"running", "lost", "stopped"} <= set(workers.values())
-    sweep = dashboard.sweep_health()
+    # As seeded: the demo's last pass is 25 s old and the sweep runs every 30 s, so on
+    # a loaded host the checks above can outlast the 20 s before it reads as late.
+    sweep = dashboard.sweep_health(now=seeded_at)
     assert sweep.ok and sweep.sweepers[0].worker_id == "sweeper@demo-host-1"
+    late = dashboard.sweep_health(now=seeded_at + timedelta(seconds=60))
+    assert not late.ok and "later than expected" in late.message
     assert IdempotencyKey.objects.filter(response_data__isnull=False).exists()
 
     # The operator's retry and cancel went through the service: state_transition checkpoints.
@@ -91,10 +96,12 @@ def test_demo_data_covers_every_status_type_and_lease_state():
 
 
 def test_times_are_relative_to_the_database_clock():
+    before = database_now()
     seed("--fresh")
     now = database_now()
     sweeper = Worker.objects.get(worker_id="sweeper@demo-host-1")
-    assert now - timedelta(seconds=35) < sweeper.last_scan_at < now - timedelta(seconds=20)
+    # The fixture's -25 s, from the clock as the seed read it (between these two reads).
+    assert before - timedelta(seconds=25) <= sweeper.last_scan_at <= now - timedelta(seconds=25)
     agent = WorkItem.objects.get(task_id="demo-agent-0042")
     assert agent.lease_expires_at - now > timedelta(seconds=200)
     first = Checkpoint.objects.filter(task_id="demo-agent-0042").order_by("sequence_number")
