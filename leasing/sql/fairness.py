@@ -161,11 +161,10 @@ def fair_candidates(
     with `work_item_id` (and the row's address, `Storage.with_address`), `queue_name`,
     `fairness_key`, `pos` and `turn`."""
     lock = d.skip_locked()
-    columns = d.with_address("work_item_id") + ITEM_COLUMNS.removeprefix("work_item_id")
+    address = d.with_address("work_item_id")
+    columns = address + ITEM_COLUMNS.removeprefix("work_item_id")
     # The per-key rows' columns, as `first_rows_of_each` names them.
-    picked = ", ".join(
-        f"c.{name}" for name in (*d.with_address("work_item_id").split(", "), *ITEM_NAMES[1:])
-    )
+    picked = ", ".join(f"c.{name}" for name in (*address.split(", "), *ITEM_NAMES[1:]))
     order = CLAIM_ORDER.replace("COALESCE(run_after, created_at)", "available_at")
     ctes: list[str] = []
     params: list[Any] = []
@@ -234,7 +233,6 @@ def fair_candidates(
             rows = trim_to_room(rows, PauseKind.WORK_TYPE.value, "work_type", TURN_ORDER)
         if limits.queues:
             rows = trim_to_room(rows, PauseKind.QUEUE.value, "queue_name", TURN_ORDER)
-    address = d.with_address("work_item_id")
     ctes.append(f"""candidate AS (
         SELECT {address}, queue_name, fairness_key, pos, turn FROM ({rows}) AS t
         ORDER BY {TURN_ORDER} LIMIT %s

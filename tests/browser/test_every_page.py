@@ -21,6 +21,7 @@ from tests.support.admin import (
     lease_scenario,
     make_user,
     register_holders,
+    shift,
 )
 from tests.support.browser import log_in, run_failures, shot
 from tests.support.helpers import database_now
@@ -91,6 +92,11 @@ def test_every_console_page_renders_and_is_captured(
         shot(page, f"page-{name}")
 
     # The two confirmation pages: an operator action on ticked rows, and a group retry.
+    # The holders are seen again and the stale lease renewed first: on a loaded host the
+    # pages above can outlast a holder's silence (its lease would read at risk) or the
+    # lease itself (expired), and the stale filter would list nothing to tick.
+    register_holders("worker-2", "worker-3")
+    shift(scenario.stale.work_item_id, lease_expires_at=300)
     page.goto(f"{base}/leasing/workitem/?lease_health=stale")
     page.locator("#result_list tbody tr input.action-select").first.check()
     page.select_option("select[name=action]", "force_fail_selected")

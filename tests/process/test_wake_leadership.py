@@ -88,7 +88,9 @@ def start_latencies(ids) -> list[float]:
 
 
 def test_one_idle_worker_answers_the_wakes_and_each_item_starts_at_once(subprocess_env, tmp_path):
-    procs, record = start_workers(subprocess_env, tmp_path, 4)
+    # Room for every item: a leader whose claim fills steps down (by design), which
+    # on a loaded host, its items finishing late, would hand the lead over mid-run.
+    procs, record = start_workers(subprocess_env, tmp_path, 4, prefetch=200)
     try:
         ids = []
         for i in range(20):
