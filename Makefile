@@ -22,8 +22,8 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .PHONY: venv venv-django60 lint test test-unit test-db test-process test-browser \
 	test-sqlite test-postgres test-sqlite-pass test-postgres-pass test-django60 \
-	test-postgres-db-job test-postgres-model-job test-postgres-slow-job test-sqlite-db-job \
-	test-sqlite-slow-job \
+	test-postgres-db-job test-postgres-model-job test-postgres-process-job \
+	test-postgres-browser-job test-sqlite-db-job test-sqlite-process-job \
 	test-django60-postgres new-user test-ha ha-packages test-faults test-faults-short \
 	test-bench-smoke test-model-long ci ci-django60 ci-tail \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs deadcode
@@ -106,14 +106,15 @@ new-user: venv
 
 # The README's test command: lint beside the unit tier, then the SQLite and the
 # PostgreSQL passes of the other tiers, TEST_JOBS jobs at a time (each job's output
-# is shown as it ends). Each pass is cut into jobs, the db tier and the process and
-# browser tiers (SLOW_TIERS), and on PostgreSQL the model test (MODEL_TEST, the
-# longest single test) apart, so that both CPUs stay busy to the end: the jobs are
-# listed longest first (the PostgreSQL process and browser tiers take longest). Each PostgreSQL job has its own test database
-# (LEASING_TEST_DB_SUFFIX, tests/settings.py), each SQLite job its own file. Set
-# TEST_JOBS=1 to run them one after the other.
+# is shown as it ends). Each pass is cut into jobs by tier, and on PostgreSQL the
+# model test (MODEL_TEST, the longest single test) apart, so that both CPUs stay
+# busy to the end: the jobs are listed longest first. The browser tier runs on
+# PostgreSQL only here: its pages run the same views as on SQLite, and what
+# differs by database, the console's queries, the db tier runs on both (`make
+# test-browser` and `make test-sqlite` still run it on SQLite). Each PostgreSQL
+# job has its own test database (LEASING_TEST_DB_SUFFIX, tests/settings.py), each
+# SQLite job its own file. Set TEST_JOBS=1 to run them one after the other.
 TEST_JOBS ?= 2
-SLOW_TIERS := tests/process tests/browser
 # The process and browser tiers mostly wait on the processes and pages they
 # drive, so each of their jobs runs its test files on SLOW_TIER_WORKERS pytest
 # workers (pytest-xdist; each worker has its own test database, test_<name>_gwN).
@@ -121,8 +122,8 @@ SLOW_TIER_WORKERS ?= 2
 SLOW_TIER_XDIST := -n $(SLOW_TIER_WORKERS) --dist loadfile
 MODEL_TEST := tests/db/test_state_model.py
 SQLITE_TEST_URL_2 := sqlite:///$(CURDIR)/.test-run-2.sqlite3
-TEST_PASS_JOBS := test-postgres-slow-job test-sqlite-slow-job test-sqlite-db-job \
-	test-postgres-db-job test-postgres-model-job
+TEST_PASS_JOBS := test-postgres-process-job test-sqlite-process-job test-sqlite-db-job \
+	test-postgres-db-job test-postgres-browser-job test-postgres-model-job
 test: venv
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target lint test-unit
 	@./scripts/ensure-chromium.sh
@@ -136,14 +137,17 @@ test-postgres-db-job: venv
 test-postgres-model-job: venv
 	$(PG_PASS) LEASING_TEST_DB_SUFFIX=_model $(PY) -m pytest $(MODEL_TEST) $(PYTEST_ARGS)
 
-test-postgres-slow-job: venv
-	$(PG_PASS) $(PY) -m pytest $(SLOW_TIER_XDIST) $(SLOW_TIERS) $(PYTEST_ARGS)
+test-postgres-process-job: venv
+	$(PG_PASS) $(PY) -m pytest $(SLOW_TIER_XDIST) tests/process $(PYTEST_ARGS)
+
+test-postgres-browser-job: venv
+	$(PG_PASS) LEASING_TEST_DB_SUFFIX=_browser $(PY) -m pytest $(SLOW_TIER_XDIST) tests/browser $(PYTEST_ARGS)
 
 test-sqlite-db-job: venv
 	DATABASE_URL=$(SQLITE_TEST_URL_2) $(PY) -m pytest tests/db $(PYTEST_ARGS)
 
-test-sqlite-slow-job: venv
-	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest $(SLOW_TIER_XDIST) $(SLOW_TIERS) $(PYTEST_ARGS)
+test-sqlite-process-job: venv
+	DATABASE_URL=$(SQLITE_TEST_URL) $(PY) -m pytest $(SLOW_TIER_XDIST) tests/process $(PYTEST_ARGS)
 
 # One pass of every server tier in one run.
 test-sqlite-pass: venv
@@ -172,9 +176,9 @@ test-model-long: venv
 	DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 LEASING_MODEL_EXAMPLES=$(MODEL_EXAMPLES) \
 		$(PY) -m pytest tests/db/test_state_model.py $(PYTEST_ARGS)
 
-# What CI runs (.ci/run): the README's `make test`, then the benchmark smoke run,
-# the HA suite and ci-tail (the documentation site, the suite on Django 6.0, a
-# short fault run) at once.
+# What CI runs (.ci/run): the README's `make test`, then four pipelines at once:
+# the benchmark smoke run, the HA suite, the short fault run and ci-tail (the
+# documentation site, then the suite on Django 6.0).
 # CI's pass on Django 6.0 is the unit and db tiers on SQLite: the process and
 # browser tiers run the same code in other processes and pages, whose behaviour
 # does not depend on the Django release, and the new-user test installs the
@@ -183,12 +187,9 @@ DJANGO60_URL := sqlite:///$(CURDIR)/.test-django60.sqlite3
 ci-django60: venv-django60
 	DATABASE_URL=$(DJANGO60_URL) $(PY60) -m pytest tests/unit tests/db $(PYTEST_ARGS)
 
-# CI's third pipeline, beside the benchmark smoke run and the HA suite (.ci/run).
-# ha-packages first, so its apt-get never runs beside test-ha's.
-ci-tail: ha-packages
+ci-tail:
 	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory ci-django60
-	$(MAKE) --no-print-directory test-faults-short
 
 ci:
 	./.ci/run
