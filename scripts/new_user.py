@@ -23,6 +23,7 @@ Exit status 0 when every check held; otherwise the failed check on stderr.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import http.cookiejar
 import json
 import os
@@ -179,14 +180,20 @@ def make_venv(work: Path, wheel: Path, extras: str) -> Path:
         run(offline, cwd=work, env=quiet)
     except Failed:
         wheelhouse.mkdir(parents=True, exist_ok=True)
-        run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheelhouse), requirement],
-            cwd=work,
-        )
-        # Only the dependencies belong there: each run builds the app afresh.
-        for stale in wheelhouse.glob("django_leasing-*.whl"):
-            stale.unlink()
-        run(offline, cwd=work, env=quiet)
+        # Both passes of make test start here at once on a fresh machine: one fills
+        # the wheelhouse while the other waits, then finds it full (a wheel being
+        # written is not one to install from).
+        with open(CACHE / "wheelhouse.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                run(offline, cwd=work, env=quiet)
+            except Failed:
+                fill = ["wheel", "-q", "-w", str(wheelhouse), requirement]
+                run([sys.executable, "-m", "pip", *fill], cwd=work)
+                # Only the dependencies belong there: each run builds the app afresh.
+                for stale in wheelhouse.glob("django_leasing-*.whl"):
+                    stale.unlink()
+                run(offline, cwd=work, env=quiet)
     return python
 
 
