@@ -352,7 +352,8 @@ GUARDS: tuple[Guard, ...] = (
         (PENDING,),
         {
             "claim": "in a queue of FAIR_QUEUES, claims take turns across fairness keys (each "
-            "key at most 2 x ceil(n / keys) x its weight of a claim of n)",
+            "key at most 2 x ceil(n / keys) x its weight of a claim of n; a lone key n x its "
+            "weight)",
             "enqueue": "allowed; the item takes its key's turns",
             "fail_attempt": "a retry takes its key's turns again",
             "hand_back": "takes its key's turns again",

@@ -14,7 +14,8 @@ queue instead reads, per fair queue:
   stops after its share, `2 x ceil(n / keys) x weight` rows, locked with
   SKIP LOCKED (twice the even split, so that a key with a backlog still fills
   the batch beside keys with an item or two, while a claim locks at most
-  about 2n rows);
+  about 2n rows; a lone key reads `n x weight`, since no turn reaches past
+  the claim's `n`);
 * the queue's items without a key, as one more turn.
 
 So the claim reads about `n` index probes and `n` rows whatever the number
@@ -178,7 +179,11 @@ def fair_candidates(
         ctes += key_ctes
         params += key_params
         weight, weight_params = _weight(f"ks{j}.k", fairness.weights)
-        share = f"(SELECT {SHARE_FACTOR} * ((%s + count(*) - 1) / count(*)) FROM ks{j})"
+        # A lone key's share is the whole claim: twice it would lock rows no turn reaches.
+        share = (
+            f"(SELECT CASE count(*) WHEN 1 THEN %s "
+            f"ELSE {SHARE_FACTOR} * ((%s + count(*) - 1) / count(*)) END FROM ks{j})"
+        )
         # A key's share of the claim, by its weight; where a LIMIT cannot read the key's
         # row, every key reads its share times the largest weight, and the turns pick.
         most = max((w for _, w in fairness.weights), default=1)
@@ -190,8 +195,8 @@ def fair_candidates(
                 [*condition_params, queue],
             ),
             CLAIM_ORDER,
-            (f"{share} * {weight}", [n, *weight_params]),
-            (f"{share} * {int(most)}", [n]),
+            (f"{share} * {weight}", [n, n, *weight_params]),
+            (f"{share} * {int(most)}", [n, n]),
         )
         ctes.append(f"""fk{j} AS (
             SELECT {picked}, ks{j}.pos AS pos,

@@ -167,3 +167,33 @@ def test_completing_and_claiming_in_one_statement_takes_turns_too(leasing_settin
     # The rotation ran from the cursor ("a", served first): "b", then around to "a",
     # the last key served, where the next claim starts after.
     assert manager.fair_cursors == {"fair": "a"}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks (SQLite has one writer)")
+@pytest.mark.django_db(transaction=True)
+def test_a_lone_keys_claim_leaves_every_item_it_did_not_take_to_other_claimers(
+    leasing_settings,
+):
+    # A claim reads a key's share of rows FOR UPDATE; rows it reads but does not
+    # claim stay locked till its transaction ends, and other claimers skip them.
+    # With one key its share is the claim itself, so nothing beside it is held.
+    import threading
+
+    from django.db import connections
+
+    leasing_settings(FAIR_QUEUES=["fair"])
+    backlog("a", 20)
+    other: list[int] = []
+
+    def claim_the_rest() -> None:
+        try:
+            other.append(len(LeaseManager("w2").acquire_leases(20)))
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        assert len(LeaseManager("w1").acquire_leases(5)) == 5
+        thread = threading.Thread(target=claim_the_rest)
+        thread.start()
+        thread.join(timeout=30)
+    assert other == [15]
