@@ -304,8 +304,8 @@ def test_quick_bench_reports_every_scenario(quick_run) -> None:
         assert run["sweep_ms"] == sorted(run["sweep_ms_runs"])[1], run
 
     # A guard against a runaway smoke run, not a speed figure: on a busy shared
-    # host the quick run of every scenario took 6-8 minutes (before the peers,
-    # process mode, tracing, fairness and rate limit scenarios joined it: 2 more).
+    # host the quick run of the other scenarios took 6-8 minutes, and the peers,
+    # process mode, tracing, fairness and rate limit scenarios add about 2.
     assert elapsed < 900, f"the quick benchmark took {elapsed:.0f}s"
 
 

@@ -169,7 +169,7 @@ def test_completing_and_claiming_in_one_statement_takes_turns_too(leasing_settin
     assert manager.fair_cursors == {"fair": "a"}
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks (SQLite has one writer)")
+@pytest.mark.postgres  # row locks: SQLite has one writer at a time
 @pytest.mark.django_db(transaction=True)
 def test_a_lone_keys_claim_leaves_every_item_it_did_not_take_to_other_claimers(
     leasing_settings,
