@@ -110,8 +110,9 @@ new-user: venv
 # model test (MODEL_TEST, the longest single test) apart, so that both CPUs stay
 # busy to the end: the jobs are listed longest first. The browser tier runs on
 # PostgreSQL only here: its pages run the same views as on SQLite, and what
-# differs by database, the console's queries, the db tier runs on both (`make
-# test-browser` and `make test-sqlite` still run it on SQLite). Each PostgreSQL
+# differs by database, the console's queries, the db tier runs on both; CI
+# drives the pages on SQLite in its Django 6.0 pass (ci-django60), and `make
+# test-browser` and `make test-sqlite` run them on SQLite too. Each PostgreSQL
 # job has its own test database (LEASING_TEST_DB_SUFFIX, tests/settings.py), each
 # SQLite job its own file. Set TEST_JOBS=1 to run them one after the other.
 TEST_JOBS ?= 2
@@ -179,13 +180,17 @@ test-model-long: venv
 # What CI runs (.ci/run): the README's `make test`, then four pipelines at once:
 # the benchmark smoke run, the HA suite, the short fault run and ci-tail (the
 # documentation site, then the suite on Django 6.0).
-# CI's pass on Django 6.0 is the unit and db tiers on SQLite: the process and
-# browser tiers run the same code in other processes and pages, whose behaviour
-# does not depend on the Django release, and the new-user test installs the
-# newest Django whatever runs the suite.
+# CI's pass on Django 6.0 is the unit, db and browser tiers on SQLite: the
+# browser tier there is also the console in a page on SQLite, which `make test`
+# drives on PostgreSQL only, and the admin's templates are the release's own.
+# The process tier runs the same code in other processes, whose behaviour does
+# not depend on the Django release, and the new-user test installs the newest
+# Django whatever runs the suite.
 DJANGO60_URL := sqlite:///$(CURDIR)/.test-django60.sqlite3
 ci-django60: venv-django60
 	DATABASE_URL=$(DJANGO60_URL) $(PY60) -m pytest tests/unit tests/db $(PYTEST_ARGS)
+	@./scripts/ensure-chromium.sh
+	DATABASE_URL=$(DJANGO60_URL) $(PY60) -m pytest $(SLOW_TIER_XDIST) tests/browser $(PYTEST_ARGS)
 
 ci-tail:
 	$(MAKE) --no-print-directory docs

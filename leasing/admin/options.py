@@ -332,6 +332,8 @@ class WorkItemAdmin(ReadOnlyAdmin):
             field.choices = [(n, label) for n, label in field.choices if not n or n in offered]
             if len(field.choices) <= 1:
                 context["action_form"] = None  # nothing applies: no empty menu
+        if obj is not None and actions.ActionLocation is None:
+            context["item_actions"] = self._item_actions(request, obj)
         if obj is not None:
             visible = display.payloads_visible(request.user)
             context["payloads_visible"] = visible
@@ -339,6 +341,20 @@ class WorkItemAdmin(ReadOnlyAdmin):
                 obj, include_payloads=display.errors_visible(request.user), using=read_alias()
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def _item_actions(self, request: HttpRequest, obj: WorkItem) -> list[tuple[str, str]]:
+        """Django 6.0 has no actions on the change form: the item page offers the list's
+        actions that apply to its item, posted to the list as for one ticked row."""
+        if not self.has_force_release_permission(request):
+            return []
+        offered = {
+            actions.ACTION_NAMES[a] for a in actions.offered_for(cast(display.ClockedWorkItem, obj))
+        }
+        return [
+            (name, str(description))
+            for name, (_, _, description) in self.get_actions(request).items()
+            if name in offered
+        ]
 
 
 # --- checkpoints, idempotency keys, workers ------------------------------------------------------

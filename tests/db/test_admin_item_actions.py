@@ -49,9 +49,11 @@ def offered(html: str, select_name: str) -> set[str]:
 needs_change_form_actions = pytest.mark.skipif(
     django.VERSION < (6, 1), reason="Django 6.0 has no admin actions on the change form"
 )
+# The item page's action menu: Django's own on the change form (6.1), or the console's,
+# posted to the list as for one ticked row (6.0).
+ITEM_MENU = "CHANGE_FORM-action" if django.VERSION >= (6, 1) else "action"
 
 
-@needs_change_form_actions
 def test_the_item_page_offers_only_the_actions_of_the_items_status(scenario, operator_client):
     ids = scenario.ids()
     deferred = enqueue("task-deferred", "noop", run_after=database_now().replace(year=2099))
@@ -69,15 +71,16 @@ def test_the_item_page_offers_only_the_actions_of_the_items_status(scenario, ope
     }
     for item_id, actions in expected.items():
         html = operator_client.get(change_url(item_id)).content.decode()
-        assert offered(html, "CHANGE_FORM-action") == actions, (row(item_id)["status"], html)
+        assert offered(html, ITEM_MENU) == actions, (row(item_id)["status"], html)
+        # One menu: where Django offers change-form actions, the console adds none.
+        assert ('id="leasing-item-actions"' in html) == (django.VERSION < (6, 1))
 
 
-@needs_change_form_actions
 def test_a_running_item_asked_to_stop_is_not_offered_cancel_again(scenario, operator_client):
     item_id = scenario.ids()["healthy"]
     shift(item_id, cancel_requested_at=-1)
     html = operator_client.get(change_url(item_id)).content.decode()
-    assert offered(html, "CHANGE_FORM-action") == {"force_release_selected", "force_fail_selected"}
+    assert offered(html, ITEM_MENU) == {"force_release_selected", "force_fail_selected"}
 
 
 def test_the_list_offers_the_actions_of_the_status_it_is_filtered_by(scenario, operator_client):
@@ -98,7 +101,7 @@ def test_the_list_offers_the_actions_of_the_status_it_is_filtered_by(scenario, o
 
 def test_a_viewer_is_offered_no_action(scenario, viewer_client):
     html = viewer_client.get(change_url(scenario.ids()["pending"])).content.decode()
-    assert offered(html, "CHANGE_FORM-action") == set()
+    assert offered(html, ITEM_MENU) == set()
     assert offered(viewer_client.get(changelist_url()).content.decode(), "action") == set()
 
 
