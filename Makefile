@@ -25,7 +25,7 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 	test-postgres-db-job test-postgres-model-job test-postgres-process-job \
 	test-postgres-browser-job test-sqlite-db-job test-sqlite-process-job \
 	test-django60-postgres new-user test-ha ha-packages test-faults test-faults-short \
-	test-bench-smoke test-model-long ci ci-django60 ci-tail \
+	test-bench-smoke test-model-long ci ci-django60 ci-django60-browser ci-tail \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs deadcode
 
 $(VENV)/.installed: pyproject.toml
@@ -177,20 +177,25 @@ test-model-long: venv
 	DATABASE_URL=$(DATABASE_URL) LEASING_REQUIRE_POSTGRES=1 LEASING_MODEL_EXAMPLES=$(MODEL_EXAMPLES) \
 		$(PY) -m pytest tests/db/test_state_model.py $(PYTEST_ARGS)
 
-# What CI runs (.ci/run): the README's `make test`, then four pipelines at once:
-# the benchmark smoke run, the HA suite, the short fault run and ci-tail (the
-# documentation site, then the suite on Django 6.0).
+# What CI runs (.ci/run): the README's `make test`, then five pipelines at once:
+# the benchmark smoke run, the HA suite, the short fault run, ci-tail (the
+# documentation site, then the suite on Django 6.0) and the browser tier on
+# Django 6.0.
 # CI's pass on Django 6.0 is the unit, db and browser tiers on SQLite: the
 # browser tier there is also the console in a page on SQLite, which `make test`
 # drives on PostgreSQL only, and the admin's templates are the release's own.
 # The process tier runs the same code in other processes, whose behaviour does
 # not depend on the Django release, and the new-user test installs the newest
 # Django whatever runs the suite.
+# Its browser tier is a pipeline of its own (ci-django60-browser), with its own file.
 DJANGO60_URL := sqlite:///$(CURDIR)/.test-django60.sqlite3
+DJANGO60_BROWSER_URL := sqlite:///$(CURDIR)/.test-django60-browser.sqlite3
 ci-django60: venv-django60
 	DATABASE_URL=$(DJANGO60_URL) $(PY60) -m pytest tests/unit tests/db $(PYTEST_ARGS)
+
+ci-django60-browser: venv-django60
 	@./scripts/ensure-chromium.sh
-	DATABASE_URL=$(DJANGO60_URL) $(PY60) -m pytest $(SLOW_TIER_XDIST) tests/browser $(PYTEST_ARGS)
+	DATABASE_URL=$(DJANGO60_BROWSER_URL) $(PY60) -m pytest $(SLOW_TIER_XDIST) tests/browser $(PYTEST_ARGS)
 
 ci-tail:
 	$(MAKE) --no-print-directory docs
