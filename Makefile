@@ -111,7 +111,7 @@ new-user: venv
 # busy to the end: the jobs are listed longest first. The browser tier runs on
 # PostgreSQL only here: its pages run the same views as on SQLite, and what
 # differs by database, the console's queries, the db tier runs on both; CI
-# drives the pages on SQLite in its Django 6.0 pass (ci-django60), and `make
+# drives the pages on SQLite on Django 6.0 (ci-django60-browser), and `make
 # test-browser` and `make test-sqlite` run them on SQLite too. Each PostgreSQL
 # job has its own test database (LEASING_TEST_DB_SUFFIX, tests/settings.py), each
 # SQLite job its own file. Set TEST_JOBS=1 to run them one after the other.

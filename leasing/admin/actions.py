@@ -49,7 +49,7 @@ Action = operations.Action
 OPERATOR_ACTION_LIMIT = 500
 # Django 6.1 offers admin actions on the change form too (and a plural label);
 # on Django 6.0 they are list actions, and the item page posts them to the list
-# from a menu of its own (`WorkItemAdmin._item_actions`).
+# from a menu of its own (`WorkItemAdmin._offer_item_actions`).
 ActionLocation = getattr(admin_options, "ActionLocation", None)
 ACTION_LOCATIONS: dict[str, Any] = (
     {"location": [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]}

@@ -322,18 +322,8 @@ class WorkItemAdmin(ReadOnlyAdmin):
         form_url: str = "",
         obj: WorkItem | None = None,
     ) -> HttpResponse:
-        action_form = context.get("action_form")
-        if obj is not None and action_form is not None:
-            # Only what applies to this item now: no "retry" on a running item.
-            # get_object() read it through get_queryset(): it has the database clock.
-            clocked = cast(display.ClockedWorkItem, obj)
-            offered = {actions.ACTION_NAMES[a] for a in actions.offered_for(clocked)}
-            field = action_form.fields["action"]
-            field.choices = [(n, label) for n, label in field.choices if not n or n in offered]
-            if len(field.choices) <= 1:
-                context["action_form"] = None  # nothing applies: no empty menu
-        if obj is not None and actions.ActionLocation is None:
-            context["item_actions"] = self._item_actions(request, obj)
+        if obj is not None:
+            self._offer_item_actions(request, context, obj)
         if obj is not None:
             visible = display.payloads_visible(request.user)
             context["payloads_visible"] = visible
@@ -342,19 +332,29 @@ class WorkItemAdmin(ReadOnlyAdmin):
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    def _item_actions(self, request: HttpRequest, obj: WorkItem) -> list[tuple[str, str]]:
-        """Django 6.0 has no actions on the change form: the item page offers the list's
-        actions that apply to its item, posted to the list as for one ticked row."""
-        if not self.has_force_release_permission(request):
-            return []
-        offered = {
-            actions.ACTION_NAMES[a] for a in actions.offered_for(cast(display.ClockedWorkItem, obj))
-        }
-        return [
-            (name, str(description))
-            for name, (_, _, description) in self.get_actions(request).items()
-            if name in offered
-        ]
+    def _offer_item_actions(
+        self, request: HttpRequest, context: dict[str, Any], obj: WorkItem
+    ) -> None:
+        """Only what applies to this item now: no "retry" on a running item. On Django 6.1
+        the change form's own action menu is narrowed to them; Django 6.0 has no actions
+        on the change form, so the item page offers them in a menu of its own
+        (`item_actions`), posted to the list as for one ticked row."""
+        # get_object() read it through get_queryset(): it has the database clock.
+        clocked = cast(display.ClockedWorkItem, obj)
+        offered = {actions.ACTION_NAMES[a] for a in actions.offered_for(clocked)}
+        action_form = context.get("action_form")
+        if action_form is not None:
+            field = action_form.fields["action"]
+            field.choices = [(n, label) for n, label in field.choices if not n or n in offered]
+            if len(field.choices) <= 1:
+                context["action_form"] = None  # nothing applies: no empty menu
+        elif actions.ActionLocation is None and self.has_force_release_permission(request):
+            context["item_actions"] = [
+                (name, str(description))
+                for name, (_, _, description) in self.get_actions(request).items()
+                if name in offered
+            ]
+            context["action_checkbox_name"] = ACTION_CHECKBOX_NAME
 
 
 # --- checkpoints, idempotency keys, workers ------------------------------------------------------

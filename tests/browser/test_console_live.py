@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import django
 import pytest
 
 from leasing import LeaseManager, create_checkpoint, enqueue
 from leasing.models import Checkpoint, WorkItem
-from tests.support.admin import VIEW_ALL, claim, make_user
+from tests.support.admin import ITEM_MENU, VIEW_ALL, claim, make_user
 from tests.support.browser import log_in, operator, shot
 from tests.support.helpers import database_now, row
 
@@ -79,13 +78,7 @@ def test_the_dashboard_refreshes_its_panels_every_5_s_without_a_reload(live_serv
     assert any("/dashboard/" in url for url in fetched)
 
 
-# The item page's action menu: Django's own on the change form (6.1), or the console's,
-# posted to the list as for one ticked row (6.0, which has no change-form actions).
-ITEM_ACTION = (
-    "select[name='CHANGE_FORM-action']"
-    if django.VERSION >= (6, 1)
-    else "#leasing-item-actions select[name=action]"
-)
+ITEM_ACTION = f"select[name='{ITEM_MENU}']"
 
 
 def _choose(page: Any, live_server: Any, item_id: str) -> set[str]:

@@ -17,6 +17,7 @@ from django.urls import reverse
 from leasing import enqueue
 from leasing.models import Checkpoint, WorkItem
 from tests.support.admin import (
+    ITEM_MENU,
     change_url,
     changelist_url,
     confirm,
@@ -49,9 +50,6 @@ def offered(html: str, select_name: str) -> set[str]:
 needs_change_form_actions = pytest.mark.skipif(
     django.VERSION < (6, 1), reason="Django 6.0 has no admin actions on the change form"
 )
-# The item page's action menu: Django's own on the change form (6.1), or the console's,
-# posted to the list as for one ticked row (6.0).
-ITEM_MENU = "CHANGE_FORM-action" if django.VERSION >= (6, 1) else "action"
 
 
 def test_the_item_page_offers_only_the_actions_of_the_items_status(scenario, operator_client):
