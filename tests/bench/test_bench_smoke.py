@@ -367,3 +367,38 @@ def test_quick_fairness_and_rate_limit_scenarios_report_their_figures(quick_run)
     assert rate["admitted"] > 0 and _positive(rate["admitted_per_s"]), rate
     # The burst is a bound, whatever the host's speed.
     assert 0 < rate["busiest_second"] <= rate["burst"], rate
+
+
+def test_table_cost_drains_every_table_and_reports_its_ratio() -> None:
+    """`bench.table_cost` (not part of `make bench`) on a small run in a database of its own."""
+    from bench.common import admin_connect, with_database
+
+    name = f"{urlsplit(database_url()).path.lstrip('/') or 'leasing'}_table_cost"
+    url = with_database(database_url(), name)
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    with admin_connect(database_url()) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"],
+            cwd=ROOT,
+            env={**env, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "bench.settings"},
+            check=True,
+            timeout=300,
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.table_cost", url, "--items", "600", "--workers", "2",
+             "--rounds", "1"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        with admin_connect(database_url()) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(record["tables"]) == {"minimal", "narrow", "bare", "lean", "engine"}
+    assert record["tables"]["minimal"]["ratio_to_minimal"] == 1.0
+    for table in record["tables"].values():
+        assert len(table["jobs_per_s"]) == 1 and _positive(table["median"]), table
+        assert _positive(table["ratio_to_minimal"]), table
