@@ -12,7 +12,9 @@ does, so the table churns the way it does under a real drain; `--think-ms`
 pauses after each completion, as a handler that takes that long would;
 `--without-pause-check` claims with the pause condition replaced by TRUE (the
 claim as it was before pauses existed), the baseline the claim scenario
-compares the shipped statement with. The
+compares the shipped statement with; `--minimal` times the claim of
+`bench.ceiling`'s minimal queue table instead, in plain psycopg (the claim
+scenario's control: what the host does to any short claim's latency). The
 first claim is not timed (the benchmark holds a lock on work_items until every
 claimer is waiting on it, so they start together; `--start-at` is the
 alternative). Each process stops when a claim comes back empty or after
@@ -49,7 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="alternate claim by claim between the shipped statement and the baseline",
     )
+    parser.add_argument(
+        "--minimal",
+        action="store_true",
+        help="time the minimal queue table's claim in plain psycopg (the host's control)",
+    )
     args = parser.parse_args(argv)
+    if args.minimal:
+        return _minimal(args)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     import django
@@ -98,6 +107,42 @@ def main(argv: list[str] | None = None) -> int:
         if args.alternate_pause_check:
             record["durations_ns_by_variant"] = by_variant
         json.dump(record, f)
+    return 0
+
+
+def _minimal(args: argparse.Namespace) -> int:
+    """The same timed loop over the minimal table: one statement a claim, as the engine's."""
+    from bench.ceiling import MINIMAL_CLAIM, MINIMAL_COMPLETE
+    from bench.common import connect
+
+    conn = connect(os.environ["DATABASE_URL"])
+    claim = MINIMAL_CLAIM.format(batch=args.batch)
+    params = {"holder": args.holder, "lease": 300.0}
+    delay = args.start_at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+
+    def complete(rows: list[tuple[int, int]]) -> None:
+        done = {"ids": [r[0] for r in rows], "tokens": [r[1] for r in rows]}
+        conn.execute(MINIMAL_COMPLETE, {**done, "holder": args.holder})
+
+    complete(conn.execute(claim, params).fetchall())  # untimed: it may wait on the gate
+    durations_ns: list[int] = []
+    claimed = 0
+    for _ in range(args.count):
+        t0 = time.perf_counter_ns()
+        rows = conn.execute(claim, params).fetchall()
+        t1 = time.perf_counter_ns()
+        if not rows:
+            break
+        durations_ns.append(t1 - t0)
+        claimed += len(rows)
+        complete(rows)
+        if args.think_ms:
+            time.sleep(args.think_ms / 1000)
+    conn.close()
+    with open(args.out, "w") as f:
+        json.dump({"holder": args.holder, "claimed": claimed, "durations_ns": durations_ns}, f)
     return 0
 
 

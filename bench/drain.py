@@ -210,14 +210,8 @@ def drain_ceiling(
     return {"batch": batch, **result}
 
 
-def drain_minimal(bench: Bench, n: int, m: int, batch: int = 100) -> dict[str, Any]:
-    """m rows of the minimal queue table (`bench.ceiling.MINIMAL_TABLE`) drained by n
-    plain psycopg loops claiming up to `batch` rows at a time.
-
-    Prepared as the engine-table loops are (a fresh, filled, analyzed table, a
-    CHECKPOINT, the gate); the rate is on the database clock from the same
-    columns: m / (last completed_at - first started_at).
-    """
+def fill_minimal(bench: Bench, rows: int) -> None:
+    """The minimal queue table, emptied and filled with `rows` pending rows, analyzed."""
     from bench.ceiling import MINIMAL_DDL, MINIMAL_TABLE
 
     bench.sql(MINIMAL_DDL)
@@ -226,9 +220,22 @@ def drain_minimal(bench: Bench, n: int, m: int, batch: int = 100) -> dict[str, A
         f"INSERT INTO {MINIMAL_TABLE} (created_at) "
         "SELECT statement_timestamp() + g * interval '1 microsecond' "
         "FROM generate_series(1, %s) AS g",
-        [m],
+        [rows],
     )
     bench.vacuum_analyze(MINIMAL_TABLE)
+
+
+def drain_minimal(bench: Bench, n: int, m: int, batch: int = 100) -> dict[str, Any]:
+    """m rows of the minimal queue table (`bench.ceiling.MINIMAL_TABLE`) drained by n
+    plain psycopg loops claiming up to `batch` rows at a time.
+
+    Prepared as the engine-table loops are (a fresh, filled, analyzed table, a
+    CHECKPOINT, the gate); the rate is on the database clock from the same
+    columns: m / (last completed_at - first started_at).
+    """
+    from bench.ceiling import MINIMAL_TABLE
+
+    fill_minimal(bench, m)
     bench.checkpoint()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     at_gate: dict[str, Any] = {}

@@ -12,10 +12,11 @@ import statistics
 from collections.abc import Iterator
 from typing import Any
 
+from bench.ceiling import MINIMAL_TABLE
 from bench.common import PYTHON, progress, summary_ms
 from bench.config import TARGETS
 from bench.context import Bench
-from bench.drain import drain_runworker, gate_and_start
+from bench.drain import drain_runworker, fill_minimal, gate_and_start
 from bench.measure import walk_plan
 from bench.report import Row, p50_p99
 
@@ -30,22 +31,36 @@ def claimers(
     fresh: bool = True,
     without_pause_check: bool = False,
     alternate_pause_check: bool = False,
+    minimal: bool = False,
 ) -> dict[str, Any]:
     """`count_of` bench.claimer processes making `count` timed claims of `batch` each.
 
     `fresh`: into an emptied table, enough pending items are enqueued (then
     VACUUM ANALYZE); otherwise the claimers take the table's own pending items.
+    `minimal`: the claimers time the minimal queue table's claim instead
+    (`bench.ceiling.MINIMAL_TABLE`, filled the same way), the host's control.
     """
-    if fresh:
+    needed = count_of * batch * (count + 1) + 1000
+    if minimal:
+        fill_minimal(bench, needed)
+    elif fresh:
         bench.reset()
-        bench.enqueue_noop(count_of * batch * (count + 1) + 1000)
+        bench.enqueue_noop(needed)
         bench.vacuum_analyze()
     bench.checkpoint()
-    explain_before = explain_claim(bench, batch)
+    explain_before = None if minimal else explain_claim(bench, batch)
     outs = []
 
     def spawn(i: int) -> Any:
-        variant = "-plain" if without_pause_check else "-ab" if alternate_pause_check else ""
+        variant = (
+            "-minimal"
+            if minimal
+            else "-plain"
+            if without_pause_check
+            else "-ab"
+            if alternate_pause_check
+            else ""
+        )
         out = bench.log_dir / f"claim-{count_of}x{batch}-{think_ms:g}{variant}-{i}.json"
         outs.append(out)
         args = [PYTHON, "-m", "bench.claimer", f"claimer-{i}", str(out), "--batch",
@@ -54,11 +69,14 @@ def claimers(
             args.append("--without-pause-check")
         if alternate_pause_check:
             args.append("--alternate-pause-check")
+        if minimal:
+            args.append("--minimal")
         return bench.procs.spawn(args, env=bench.env, name=f"claimer-{count_of}x{batch}-{i}")[0]
 
     # The same gate as the drains: every claimer blocks on its first
     # (untimed) claim until all are ready, then they start together.
-    procs = gate_and_start(bench, count_of, "claimer", spawn)
+    table = MINIMAL_TABLE if minimal else "work_items"
+    procs = gate_and_start(bench, count_of, "claimer", spawn, table=table)
     bench.procs.wait_all(procs, timeout_s=120, what="claimer")
     bench.check_exit(procs, "claimer")
     durations = []
@@ -68,7 +86,7 @@ def claimers(
         durations += [ns / 1e6 for ns in record["durations_ns"]]
         for name, values in record.get("durations_ns_by_variant", {}).items():
             by_variant.setdefault(name, []).extend(ns / 1e6 for ns in values)
-    explain_after = explain_claim(bench, batch)
+    explain_after = None if minimal else explain_claim(bench, batch)
     return {
         "claimers": count_of,
         "batch": batch,
@@ -77,6 +95,27 @@ def claimers(
         "server_explain_ms_fresh_backlog": explain_before,
         "server_explain_ms_after_drain": explain_after,
         "claim_ms_by_variant": {name: summary_ms(v, 3) for name, v in by_variant.items()},
+    }
+
+
+def host_control(bench: Bench, count: int) -> dict[str, Any]:
+    """The minimal table's 1-row claim, flat out, by 1 and then 4 claimers: its p99 ratio.
+
+    What four busy processes on this host do to a short claim's tail whatever
+    the claim is: the statement is the least a claim can be, so the engine's
+    own ratio above it is what its claim adds.
+    """
+    p99 = {}
+    for count_of in (1, 4):
+        progress(f"  host control: {count_of} claimer(s) of the minimal table, batch 1")
+        result = claimers(bench, count_of, 1, count, minimal=True)
+        progress(f"    claim ms {result['claim_ms']}")
+        p99[count_of] = result["claim_ms"]
+    one, four = p99[1].get("p99"), p99[4].get("p99")
+    return {
+        "claim_ms_1": p99[1],
+        "claim_ms_4": p99[4],
+        "p99_ratio_4_to_1": round(four / one, 2) if one and four else None,
     }
 
 
@@ -233,6 +272,7 @@ def run(bench: Bench) -> dict[str, Any]:
         "p99_ratio_4_to_1_paced": paced["p99_ratio_to_one_claimer"],
         "target_p99_ratio_4_to_1": TARGETS["claim_p99_ratio_4_to_1"],
         "met": saturated["met"] and paced["met"],
+        "host_control": host_control(bench, count),
         "pause_check": pause_check_cost(bench),
     }
 
@@ -252,6 +292,14 @@ def rows(r: dict[str, Any]) -> Iterator[Row]:
                 f"<= {TARGETS['claim_p99_ratio_4_to_1']:g}",
                 run["met"],
             )
+    control = r.get("host_control")
+    if control:
+        yield Row(
+            "  host control: the minimal table's 1-row claim, flat out, p50/p99 ms, 1 | 4",
+            f"{p50_p99(control['claim_ms_1'])} | {p50_p99(control['claim_ms_4'])}",
+            absolute=True,
+        )
+        yield Row("  host control: claim p99, 4 claimers / 1 claimer", control["p99_ratio_4_to_1"])
     check = r.get("pause_check")
     if check:
         client, server = check["claim_ms"], check["server_median_ms"]

@@ -251,6 +251,11 @@ def test_quick_bench_reports_every_scenario(quick_run) -> None:
             assert _positive(run["p99_ratio_to_one_claimer"]), run
             assert isinstance(run["met"], bool), run
         assert _positive(run["server_explain_ms_fresh_backlog"]["execution_ms"]), run
+    # The host's control: the minimal table's claim timed by one and four claimers.
+    control = records["claim"]["host_control"]
+    for count_of in (1, 4):
+        assert control[f"claim_ms_{count_of}"]["n"] > 0, control
+    assert _positive(control["p99_ratio_4_to_1"]), control
     # The pause check's cost: both variants measured, claim by claim and by drains.
     check = records["claim"]["pause_check"]
     for variant in ("shipped", "without"):
