@@ -256,6 +256,13 @@ def test_quick_bench_reports_every_scenario(quick_run) -> None:
     for count_of in (1, 4):
         assert control[f"claim_ms_{count_of}"]["n"] > 0, control
     assert _positive(control["p99_ratio_4_to_1"]), control
+    saturated = next(
+        r
+        for r in records["claim"]["runs"]
+        if r["claimers"] == 4 and r["batch"] == 1 and not r["think_ms"]
+    )
+    expected = saturated["p99_ratio_to_one_claimer"] / control["p99_ratio_4_to_1"]
+    assert control["engine_ratio_over_control"] == round(expected, 2), control
     # The pause check's cost: both variants measured, claim by claim and by drains.
     check = records["claim"]["pause_check"]
     for variant in ("shipped", "without"):
