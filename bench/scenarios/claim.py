@@ -1,6 +1,8 @@
 """claim: `acquire_leases()` latency in concurrent claimer processes, plus EXPLAIN ANALYZE.
 
-Also the cost of the claim's pause check: the shipped claim against the same
+Also the host's control (`host_control`: the minimal table's claim timed the
+same way, what the host alone does to a claim's tail under contention) and
+the cost of the claim's pause check: the shipped claim against the same
 statement with the check removed (`pause_check_cost`).
 """
 
@@ -50,17 +52,15 @@ def claimers(
     bench.checkpoint()
     explain_before = None if minimal else explain_claim(bench, batch)
     outs = []
+    variant = ""
+    if minimal:
+        variant = "-minimal"
+    elif without_pause_check:
+        variant = "-plain"
+    elif alternate_pause_check:
+        variant = "-ab"
 
     def spawn(i: int) -> Any:
-        variant = (
-            "-minimal"
-            if minimal
-            else "-plain"
-            if without_pause_check
-            else "-ab"
-            if alternate_pause_check
-            else ""
-        )
         out = bench.log_dir / f"claim-{count_of}x{batch}-{think_ms:g}{variant}-{i}.json"
         outs.append(out)
         args = [PYTHON, "-m", "bench.claimer", f"claimer-{i}", str(out), "--batch",
