@@ -61,9 +61,8 @@ RETURNING w.work_item_id, w.lease_token
 
 # The minimal queue table: what a claim and a completion need and nothing else.
 MINIMAL_TABLE = "bench_minimal_queue"
-MINIMAL_DDL = f"""
-CREATE TABLE IF NOT EXISTS {MINIMAL_TABLE} (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+# Its columns after the key (`bench.table_cost` gives them another key).
+MINIMAL_COLUMNS = """
     status text NOT NULL DEFAULT 'pending',
     priority integer NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL DEFAULT statement_timestamp(),
@@ -71,7 +70,10 @@ CREATE TABLE IF NOT EXISTS {MINIMAL_TABLE} (
     completed_at timestamptz,
     lease_holder text,
     lease_token bigint NOT NULL DEFAULT 0,
-    lease_expires_at timestamptz
+    lease_expires_at timestamptz"""
+MINIMAL_DDL = f"""
+CREATE TABLE IF NOT EXISTS {MINIMAL_TABLE} (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,{MINIMAL_COLUMNS}
 );
 CREATE INDEX IF NOT EXISTS {MINIMAL_TABLE}_claim_idx
     ON {MINIMAL_TABLE} (priority DESC, created_at, id) WHERE status = 'pending'

@@ -37,6 +37,7 @@ from bench.ceiling import (
     CLAIM,
     COMPLETE,
     MINIMAL_CLAIM,
+    MINIMAL_COLUMNS,
     MINIMAL_COMPLETE,
     MINIMAL_DDL,
     MINIMAL_TABLE,
@@ -48,17 +49,9 @@ TABLES = ("minimal", "narrow", "bare", "lean", "engine")
 # The console's indexes of work_items, by their leading key.
 CONSOLE_KEYS = ("(created_at DESC", "(task_id", "(completed_at", "(retry_count")
 
-NARROW_DDL = """
+NARROW_DDL = f"""
 CREATE TABLE IF NOT EXISTS bench_narrow_queue (
-    work_item_id text PRIMARY KEY,
-    status text NOT NULL DEFAULT 'pending',
-    priority integer NOT NULL DEFAULT 0,
-    created_at timestamptz NOT NULL DEFAULT statement_timestamp(),
-    started_at timestamptz,
-    completed_at timestamptz,
-    lease_holder text,
-    lease_token bigint NOT NULL DEFAULT 0,
-    lease_expires_at timestamptz
+    work_item_id text PRIMARY KEY,{MINIMAL_COLUMNS}
 );
 CREATE INDEX IF NOT EXISTS bench_narrow_queue_claim_idx
     ON bench_narrow_queue (priority DESC, created_at, work_item_id) WHERE status = 'pending'
