@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 import psycopg
 
@@ -61,8 +62,17 @@ RETURNING w.work_item_id, w.lease_token
 
 # The minimal queue table: what a claim and a completion need and nothing else.
 MINIMAL_TABLE = "bench_minimal_queue"
-# Its columns after the key (`bench.table_cost` gives them another key).
-MINIMAL_COLUMNS = """
+
+
+def minimal_queue(table: str, key: str, key_type: str) -> tuple[str, str, str]:
+    """(DDL, claim, completion) of a minimal queue table named `table` whose key is
+    `key` (`key_type`, "bigint" made by identity or any other type given by the
+    filler); the claim is a template of `{batch}`. `bench.table_cost` makes one
+    with work_items' text key."""
+    made = " GENERATED ALWAYS AS IDENTITY" if key_type == "bigint" else ""
+    ddl = f"""
+CREATE TABLE IF NOT EXISTS {table} (
+    {key} {key_type}{made} PRIMARY KEY,
     status text NOT NULL DEFAULT 'pending',
     priority integer NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL DEFAULT statement_timestamp(),
@@ -70,38 +80,37 @@ MINIMAL_COLUMNS = """
     completed_at timestamptz,
     lease_holder text,
     lease_token bigint NOT NULL DEFAULT 0,
-    lease_expires_at timestamptz"""
-MINIMAL_DDL = f"""
-CREATE TABLE IF NOT EXISTS {MINIMAL_TABLE} (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,{MINIMAL_COLUMNS}
+    lease_expires_at timestamptz
 );
-CREATE INDEX IF NOT EXISTS {MINIMAL_TABLE}_claim_idx
-    ON {MINIMAL_TABLE} (priority DESC, created_at, id) WHERE status = 'pending'
+CREATE INDEX IF NOT EXISTS {table}_claim_idx
+    ON {table} (priority DESC, created_at, {key}) WHERE status = 'pending'
 """
-
-MINIMAL_CLAIM = f"""
+    claim = f"""
 WITH picked AS (
-    SELECT id FROM {MINIMAL_TABLE} WHERE status = 'pending'
-    ORDER BY priority DESC, created_at, id
+    SELECT {key} FROM {table} WHERE status = 'pending'
+    ORDER BY priority DESC, created_at, {key}
     LIMIT {{batch}}
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {MINIMAL_TABLE} AS q SET
+UPDATE {table} AS q SET
     status = 'in_progress', lease_holder = %(holder)s, lease_token = q.lease_token + 1,
     lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
     started_at = statement_timestamp()
-FROM picked WHERE q.id = picked.id
-RETURNING q.id, q.lease_token
+FROM picked WHERE q.{key} = picked.{key}
+RETURNING q.{key}, q.lease_token
 """
-
-MINIMAL_COMPLETE = f"""
-UPDATE {MINIMAL_TABLE} AS q SET
+    complete = f"""
+UPDATE {table} AS q SET
     status = 'completed', lease_holder = NULL, lease_expires_at = NULL,
     completed_at = statement_timestamp()
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS done(id, lease_token)
-WHERE q.id = done.id AND q.lease_token = done.lease_token
+FROM unnest(%(ids)s::{key_type}[], %(tokens)s::bigint[]) AS done({key}, lease_token)
+WHERE q.{key} = done.{key} AND q.lease_token = done.lease_token
   AND q.lease_holder = %(holder)s AND q.status = 'in_progress'
 """
+    return ddl, claim, complete
+
+
+MINIMAL_DDL, MINIMAL_CLAIM, MINIMAL_COMPLETE = minimal_queue(MINIMAL_TABLE, "id", "bigint")
 
 COMPLETE = """
 UPDATE work_items AS w SET
@@ -112,6 +121,29 @@ FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS done(work_item_id, lease_t
 WHERE w.work_item_id = done.work_item_id AND w.lease_token = done.lease_token
   AND w.lease_holder = %(holder)s AND w.status = 'in_progress'
 """
+
+
+def loop(
+    conn: Any, claim: str, complete: str, params: dict[str, Any], holder: str, deadline: float
+) -> tuple[int, int, int]:
+    """Claim and complete until a claim finds nothing or `deadline` (perf_counter)
+    passes; returns (completed, lost, rounds)."""
+    completed = lost = rounds = 0
+    # Client-side binding: the claim and its SET LOCALs go in one round trip.
+    claimer = psycopg.ClientCursor(conn)
+    while time.perf_counter() < deadline:
+        claimer.execute(claim, params)
+        while claimer.description is None and claimer.nextset():
+            pass
+        claimed = claimer.fetchall()
+        if not claimed:
+            break
+        rounds += 1
+        done = {"ids": [r[0] for r in claimed], "tokens": [r[1] for r in claimed]}
+        written = conn.execute(complete, {**done, "holder": holder}).rowcount
+        completed += written
+        lost += len(claimed) - written
+    return completed, lost, rounds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,28 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     delay = args.start_at - time.time()
     if delay > 0:
         time.sleep(delay)
-    completed = lost = rounds = 0
     started = time.perf_counter()
-    deadline = started + args.max_seconds
-    # Client-side binding: the claim and its SET LOCALs go in one round trip.
-    claimer = psycopg.ClientCursor(conn)
     with conn:
-        while time.perf_counter() < deadline:
-            claimer.execute(statement, claim)
-            while claimer.description is None and claimer.nextset():
-                pass
-            claimed = claimer.fetchall()
-            if not claimed:
-                break
-            rounds += 1
-            done = {
-                "ids": [row[0] for row in claimed],
-                "tokens": [row[1] for row in claimed],
-                "holder": args.holder,
-            }
-            cur = conn.execute(complete, done)
-            completed += cur.rowcount
-            lost += len(claimed) - cur.rowcount
+        completed, lost, rounds = loop(
+            conn, statement, complete, claim, args.holder, started + args.max_seconds
+        )
     seconds = time.perf_counter() - started
     print(
         json.dumps(

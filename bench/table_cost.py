@@ -25,22 +25,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import statistics
 import sys
 import time
 from typing import Any
 
-import psycopg
-
 from bench.ceiling import (
     CLAIM,
     COMPLETE,
     MINIMAL_CLAIM,
-    MINIMAL_COLUMNS,
     MINIMAL_COMPLETE,
     MINIMAL_DDL,
     MINIMAL_TABLE,
+    loop,
+    minimal_queue,
 )
 from bench.common import connect
 
@@ -49,35 +49,10 @@ TABLES = ("minimal", "narrow", "bare", "lean", "engine")
 # The console's indexes of work_items, by their leading key.
 CONSOLE_KEYS = ("(created_at DESC", "(task_id", "(completed_at", "(retry_count")
 
-NARROW_DDL = f"""
-CREATE TABLE IF NOT EXISTS bench_narrow_queue (
-    work_item_id text PRIMARY KEY,{MINIMAL_COLUMNS}
-);
-CREATE INDEX IF NOT EXISTS bench_narrow_queue_claim_idx
-    ON bench_narrow_queue (priority DESC, created_at, work_item_id) WHERE status = 'pending'
-"""
-NARROW_CLAIM = f"""
-WITH picked AS (
-    SELECT work_item_id FROM bench_narrow_queue WHERE status = 'pending'
-    ORDER BY priority DESC, created_at, work_item_id
-    LIMIT {BATCH}
-    FOR UPDATE SKIP LOCKED
+NARROW_DDL, _NARROW_CLAIM, NARROW_COMPLETE = minimal_queue(
+    "bench_narrow_queue", "work_item_id", "text"
 )
-UPDATE bench_narrow_queue AS q SET
-    status = 'in_progress', lease_holder = %(holder)s, lease_token = q.lease_token + 1,
-    lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
-    started_at = statement_timestamp()
-FROM picked WHERE q.work_item_id = picked.work_item_id
-RETURNING q.work_item_id, q.lease_token
-"""
-NARROW_COMPLETE = """
-UPDATE bench_narrow_queue AS q SET
-    status = 'completed', lease_holder = NULL, lease_expires_at = NULL,
-    completed_at = statement_timestamp()
-FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS done(work_item_id, lease_token)
-WHERE q.work_item_id = done.work_item_id AND q.lease_token = done.lease_token
-  AND q.lease_holder = %(holder)s AND q.status = 'in_progress'
-"""
+NARROW_CLAIM = _NARROW_CLAIM.format(batch=BATCH)
 BARE_DDL = """
 CREATE TABLE IF NOT EXISTS bench_bare_items (LIKE work_items INCLUDING DEFAULTS);
 ALTER TABLE bench_bare_items DROP CONSTRAINT IF EXISTS bench_bare_items_pkey;
@@ -144,22 +119,13 @@ def fill(conn: Any, table: str, items: int) -> None:
     conn.execute("CHECKPOINT")
 
 
-def loop(url: str, table: str, holder: str, start_at: float, results: Any) -> None:
+def worker(url: str, table: str, holder: str, start_at: float, results: Any) -> None:
+    """One process of a drain: the ceiling's loop over `table` from `start_at` (epoch)."""
     claim, complete, _ = statements(table)
     conn = connect(url)
-    claimer = psycopg.ClientCursor(conn)
     params = {"holder": holder, "lease": 300.0, "work_type": "bench.noop"}
     time.sleep(max(0.0, start_at - time.time()))
-    completed = 0
-    while True:
-        claimer.execute(claim, params)
-        while claimer.description is None and claimer.nextset():
-            pass
-        claimed = claimer.fetchall()
-        if not claimed:
-            break
-        done = {"ids": [r[0] for r in claimed], "tokens": [r[1] for r in claimed]}
-        completed += conn.execute(complete, {**done, "holder": holder}).rowcount
+    completed, _, _ = loop(conn, claim, complete, params, holder, math.inf)
     results.put((completed, time.time()))
     conn.close()
 
@@ -171,7 +137,7 @@ def drain(url: str, table: str, items: int, workers: int) -> float:
     results: Any = multiprocessing.Queue()
     start_at = time.time() + 1.0
     procs = [
-        multiprocessing.Process(target=loop, args=(url, table, f"h{i}", start_at, results))
+        multiprocessing.Process(target=worker, args=(url, table, f"h{i}", start_at, results))
         for i in range(workers)
     ]
     for proc in procs:
