@@ -324,7 +324,6 @@ class WorkItemAdmin(ReadOnlyAdmin):
     ) -> HttpResponse:
         if obj is not None:
             self._offer_item_actions(request, context, obj)
-        if obj is not None:
             visible = display.payloads_visible(request.user)
             context["payloads_visible"] = visible
             context["failures"] = item_failures(
