@@ -18,8 +18,8 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from types import FrameType
-from typing import Any
+
+from ..threads import SignalThread
 
 logger = logging.getLogger("leasing.worker")
 
@@ -33,7 +33,12 @@ FORCED_EXIT_CODE = 1
 
 
 class ShutdownSignals:
-    """Installs the handlers (main thread only) and restores the previous ones."""
+    """Installs the handlers (main thread only) and restores the previous ones.
+
+    The stop is acted on by `SignalThread`'s thread, not inside the handler:
+    the worker's main thread holds its wake-up event's lock many times a
+    second, and a handler that set that event would wait for itself.
+    """
 
     def __init__(
         self, on_first: Callable[[str], None], on_forced: Callable[[], int] | None = None
@@ -42,23 +47,16 @@ class ShutdownSignals:
         # Hands the running items back; returns how many.
         self.on_forced = on_forced
         self.received = 0
-        self._previous: dict[int, Any] = {}
+        self._thread = SignalThread(self._handle)
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
+        if not self._thread.install():
             logger.debug("not in the main thread: signal handlers not installed")
-            return
-        self._previous = {
-            signum: signal.signal(signum, self._handle)
-            for signum in (signal.SIGTERM, signal.SIGINT)
-        }
 
     def restore(self) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
+        self._thread.restore()
 
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+    def _handle(self, signum: int) -> None:
         self.received += 1
         name = signal.Signals(signum).name
         if self.received > 1:

@@ -49,6 +49,13 @@ class Proc:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signum)
 
+    def kill(self) -> None:
+        """SIGKILL, after asking for every thread's stack in the log (tests.ha.settings)."""
+        self.signal(signal.SIGUSR2)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=1.0)
+        self.signal(signal.SIGKILL)
+
 
 def base_env(**extra: str) -> dict[str, str]:
     env = {
@@ -120,7 +127,7 @@ class Fleet:
         try:
             return proc.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.signal(signal.SIGKILL)
+            proc.kill()
             return proc.popen.wait(timeout=10)
 
     def stop_many(self, procs: list[Proc], timeout: float = 30) -> dict[str, int | None]:
@@ -133,7 +140,7 @@ class Fleet:
             try:
                 codes[proc.name] = proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.signal(signal.SIGKILL)
+                proc.kill()
                 proc.popen.wait(timeout=10)
                 codes[proc.name] = None  # had to be killed
         return codes
@@ -146,7 +153,7 @@ class Fleet:
             try:
                 proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.signal(signal.SIGKILL)
+                proc.kill()
                 proc.popen.wait(timeout=10)
 
     def kill_all(self) -> None:
@@ -160,7 +167,9 @@ class Fleet:
         """The last lines of every log, for a failure message."""
         parts = []
         for proc in self.procs:
-            text = proc.output().splitlines()[-lines:]
+            # A killed process's log ends with its threads' stacks (`Proc.kill`).
+            killed = proc.popen.returncode == -signal.SIGKILL
+            text = proc.output().splitlines()[-(lines * 5 if killed else lines) :]
             status = "running" if proc.alive() else f"exited {proc.popen.returncode}"
             parts.append(f"--- {proc.name} ({status}) ---\n" + "\n".join(text))
         return "\n".join(parts)

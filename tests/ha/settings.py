@@ -16,10 +16,16 @@ The fixtures describe the database topology through the environment:
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 
 from project.settings import *  # noqa: F403
+
+# A process the tests have to kill prints every thread's stack first (the
+# fleet sends SIGUSR2 before SIGKILL), so a hang says where it hung.
+faulthandler.register(signal.SIGUSR2, all_threads=True)
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.ha.app"]  # noqa: F405
 # The console probe (ha_console_probe) uses Django's test client.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
 import socket
 import threading
 from typing import Any
@@ -27,6 +26,7 @@ from leasing.management.base import LeasingCommand
 from leasing.states import WorkerRole
 from leasing.sweep import RecoveryStats, RecoverySweep, describe
 from leasing.sweep.schedule import schedule_sweep
+from leasing.threads import SignalThread
 
 # How long a stopping sweep may take to finish its current batch.
 STOP_TIMEOUT = 30.0
@@ -156,15 +156,9 @@ class Command(LeasingCommand):
     def _run_until_signalled(self, sweep: RecoverySweep) -> None:
         stop = threading.Event()
 
-        def on_signal(signum: int, _frame: Any) -> None:
-            # A second signal gets the default behaviour: exit at once.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            stop.set()
-
-        previous = {
-            signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)
-        }
+        # A second signal gets the default behaviour: exit at once.
+        signals = SignalThread(lambda _signum: stop.set(), second_is_default=True)
+        signals.install()
         try:
             try:
                 sweep.start()
@@ -184,8 +178,7 @@ class Command(LeasingCommand):
                 self.stderr.write(f"recovery sweep {sweep.worker_id} stopped")
         finally:
             sweep.stop(wait=False)
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            signals.restore()
 
     def _schedule(self, options: dict[str, Any]) -> None:
         try:

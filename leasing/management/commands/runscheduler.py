@@ -12,7 +12,6 @@ the current pass and exits 0; a second signal exits at once.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from typing import Any
 
@@ -23,6 +22,7 @@ from leasing.exceptions import DatabaseUnavailable, InvalidInput
 from leasing.management.base import LeasingCommand
 from leasing.services.schedules import Fired, run_due, sync_from_settings
 from leasing.sql.runner import close_connection, is_infrastructure_error
+from leasing.threads import SignalThread
 
 logger = logging.getLogger("leasing.schedules")
 
@@ -86,13 +86,9 @@ class Command(LeasingCommand):
     def _loop(self, using: str, interval: float) -> None:
         stop = threading.Event()
 
-        def on_signal(signum: int, _frame: Any) -> None:
-            # A second signal gets the default behaviour: exit at once.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            stop.set()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        # A second signal gets the default behaviour: exit at once.
+        signals = SignalThread(lambda _signum: stop.set(), second_is_default=True)
+        signals.install()
         logger.info("scheduler running a pass every %gs; SIGTERM or Ctrl-C stops it", interval)
         # A schedule that cannot enqueue is logged once, not once a pass (run_due).
         reported: set[tuple[str, str]] = set()
@@ -108,8 +104,7 @@ class Command(LeasingCommand):
                     close_connection(using)
                 stop.wait(interval)
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            signals.restore()
         logger.info("scheduler stopped")
 
     def execute(self, *args: Any, **options: Any) -> Any:
