@@ -113,14 +113,16 @@ def test_restore_puts_the_previous_handlers_back_and_ends_the_thread():
             pass
 
         signal.signal(signal.SIGTERM, mine)
+        before = signal.getsignal(signal.SIGINT)  # what the parent left (ignored under nohup)
         signals = SignalThread(lambda signum: None)
         assert signals.install()
         assert signal.getsignal(signal.SIGTERM) is not mine
+        assert signal.getsignal(signal.SIGINT) is not before
         relay = next(t for t in threading.enumerate() if t.name == "signals")
         signals.restore()
         relay.join(10)
         print(signal.getsignal(signal.SIGTERM) is mine,
-              signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+              signal.getsignal(signal.SIGINT) is before,
               relay.is_alive())
         """
     )
@@ -135,10 +137,11 @@ def test_outside_the_main_thread_nothing_is_installed():
         from leasing.threads import SignalThread
 
         answers = []
+        before = signal.getsignal(signal.SIGTERM)
         thread = threading.Thread(target=lambda: answers.append(SignalThread(print).install()))
         thread.start()
         thread.join()
-        print(answers, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+        print(answers, signal.getsignal(signal.SIGTERM) is before,
               [t.name for t in threading.enumerate()])
         """
     )
