@@ -83,6 +83,8 @@ class SignalThread:
         """Installs the handlers; False (nothing installed) outside the main thread."""
         if threading.current_thread() is not threading.main_thread():
             return False
+        if self._write_fd is not None:
+            return True  # already installed
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)  # a full pipe drops a signal rather than block
         self._write_fd = write_fd

@@ -62,7 +62,7 @@ def test_a_signal_landing_while_the_main_thread_holds_the_actions_lock_is_acted_
 def test_with_second_is_default_a_second_signal_ends_the_process_at_once():
     done = run(
         """
-        import os, signal, threading, time
+        import os, signal, threading
         from leasing.threads import SignalThread
 
         seen = []
@@ -147,3 +147,23 @@ def test_outside_the_main_thread_nothing_is_installed():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[False] True ['MainThread']"
+
+
+def test_installing_twice_keeps_one_thread():
+    done = run(
+        """
+        import os, signal, threading
+        from leasing.threads import SignalThread
+
+        seen = []
+        acted = threading.Event()
+        signals = SignalThread(lambda signum: (seen.append(signum), acted.set()))
+        assert signals.install() and signals.install()
+        relays = [t.name for t in threading.enumerate() if t.name == "signals"]
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert acted.wait(10)
+        print(relays, seen)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"['signals'] [{int(signal.SIGTERM)}]"
