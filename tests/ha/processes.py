@@ -123,12 +123,8 @@ class Fleet:
         return proc.stdout
 
     def stop(self, proc: Proc, timeout: float = 20) -> int | None:
-        proc.signal(signal.SIGTERM)
-        try:
-            return proc.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.popen.wait(timeout=10)
+        """SIGTERM, then wait; its exit code, or None if it had to be killed."""
+        return self.stop_many([proc], timeout)[proc.name]
 
     def stop_many(self, procs: list[Proc], timeout: float = 30) -> dict[str, int | None]:
         """SIGTERM them all at once, then wait; their exit codes by name."""
@@ -146,15 +142,7 @@ class Fleet:
         return codes
 
     def stop_all(self, timeout: float = 20) -> None:
-        for proc in self.procs:
-            proc.signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for proc in self.procs:
-            try:
-                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.popen.wait(timeout=10)
+        self.stop_many(self.procs, timeout)
 
     def kill_all(self) -> None:
         for proc in self.procs:
