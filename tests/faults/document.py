@@ -137,7 +137,9 @@ def markdown(report: Report) -> str:
         "What they did: "
         + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(report.fault_effects.items()))
         + f". Processes started {sum(f['process_starts'].values())} times in all, "
-        f"{f['killed_exits']} of them after a SIGKILL.",
+        f"{f['killed_exits']} of them after a SIGKILL. Once the faults were over, "
+        f"{f['clean_stops']} workers, sweeps and schedulers were stopped by SIGTERM and "
+        "exited 0 by themselves (a hang or another code fails the run).",
         "",
         "## What is recorded",
         "",
@@ -209,6 +211,10 @@ def markdown(report: Report) -> str:
     if f["log_errors"]:
         out += ["The commonest errors in the processes' logs (ids and numbers blanked):", ""]
         out += [f"- {n} x `{text}`" for n, text in f["log_errors"]]
+        out.append("")
+    if report.unclean_stops:
+        out += ["Stops after the faults that did not end with exit 0:", ""]
+        out += [f"- {s}" for s in report.unclean_stops]
         out.append("")
     if report.exits:
         out += ["Exits the injector did not cause:", ""]

@@ -34,6 +34,8 @@ class Report:
     faults: dict[str, int]
     fault_effects: dict[str, int]
     exits: list[str] = field(default_factory=list)  # exits the injector did not cause
+    # Stops after the faults that hung or failed (a worker, sweep or scheduler on SIGTERM).
+    unclean_stops: list[str] = field(default_factory=list)
     text: str = ""
     markdown: str = ""
 
@@ -128,6 +130,7 @@ def summarize(
         wall_seconds=round(context["wall_seconds"], 1),
         finished_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         process_starts={r.name: r.starts for r in supervisor.roles},
+        clean_stops=sum(1 for s in supervisor.stops if s.judged and s.clean),
         killed_exits=sum(1 for e in supervisor.exits if e.killed),
         skew=config.skew,
         concurrency=config.concurrency,
@@ -139,14 +142,16 @@ def summarize(
     exits = [
         f"{e.role} exited {e.code}: {e.last_line[:200]}" for e in supervisor.unexpected_exits()
     ]
+    unclean = [str(s) for s in supervisor.unclean_stops()]
     report = Report(
-        passed=not any(found.values()),
+        passed=not any(found.values()) and not unclean,
         figures=figures,
         violations=found,
         peaks=peaks,
         faults=dict(injector.counts),
         fault_effects=dict(injector.effects),
         exits=exits,
+        unclean_stops=unclean,
     )
     report.text = text(report)
     report.markdown = markdown(report)
@@ -165,7 +170,8 @@ def text(report: Report) -> str:
         + f" ({sum(report.faults.values())} in all)",
         "what they did: " + ", ".join(f"{k} {v}" for k, v in sorted(report.fault_effects.items())),
         f"process starts: {sum(f['process_starts'].values())} "
-        f"({f['killed_exits']} after SIGKILL, {len(report.exits)} exits by themselves)",
+        f"({f['killed_exits']} after SIGKILL, {len(report.exits)} exits by themselves); "
+        f"stopped at the end: {f['clean_stops']} cleanly, {len(report.unclean_stops)} not",
         f"items: {f['items']} {f['statuses']} ({f['superseded']} superseded)",
         f"claims {f['claims']} ({f['reclaimed_items']} items claimed more than once), "
         f"completions {f['completions']}, renewals {f['renewals']}, "
@@ -190,6 +196,9 @@ def text(report: Report) -> str:
     if f["log_errors"]:
         lines.append("commonest errors in the processes' logs:")
         lines += [f"  {n:>6} x {text}" for n, text in f["log_errors"]]
+    if report.unclean_stops:
+        lines.append("stops after the faults that did not end with exit 0:")
+        lines += [f"  {s}" for s in report.unclean_stops]
     if report.exits:
         lines.append("exits the injector did not cause:")
         lines += [f"  {e}" for e in report.exits[:SHOWN]]

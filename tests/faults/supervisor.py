@@ -4,7 +4,10 @@ Each `Role` is one long-running `manage.py` command (a worker, a sweep, a
 scheduler, the producer) started through the HA tests' `Fleet`. A thread
 restarts whichever role's process has exited, after a short pause (as
 systemd's `Restart=always` would), and records why it exited: killed by the
-injector, or by itself (with the last line of its log).
+injector, or by itself (with the last line of its log). The stops at the end
+(a retire, the final stop) are recorded too: once the faults are over, a
+worker, sweep or scheduler must exit 0 on SIGTERM by itself, and one that
+hangs or fails there is a finding, not a process to kill quietly.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from tests.ha.processes import Fleet, Proc
 
 # How long a role stays down before it is started again.
 RESTART_DELAY = 0.5
+# The product's commands, whose stops are judged (the producer is the test's own script).
+JUDGED = ("worker", "sweep", "scheduler")
 
 
 @dataclass
@@ -42,11 +47,34 @@ class Exit:
     last_line: str
 
 
+@dataclass(frozen=True)
+class Stop:
+    """How a process ended when it was told to stop (SIGTERM) with no fault going on."""
+
+    role: str
+    kind: str
+    code: int | None  # None: still running at the timeout, so it was killed
+
+    @property
+    def judged(self) -> bool:
+        return self.kind in JUDGED
+
+    @property
+    def clean(self) -> bool:
+        return not self.judged or self.code == 0
+
+    def __str__(self) -> str:
+        if self.code is None:
+            return f"{self.role} did not exit on SIGTERM and was killed (its stacks are in its log)"
+        return f"{self.role} exited {self.code} on SIGTERM"
+
+
 @dataclass
 class Supervisor:
     fleet: Fleet
     roles: list[Role]
     exits: list[Exit] = field(default_factory=list)
+    stops: list[Stop] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -108,18 +136,33 @@ class Supervisor:
             roles = [r for r in self.roles if r.kind == kind]
             for role in roles:
                 role.retired = True
-        procs = [r.proc for r in roles if r.proc is not None and r.proc.alive()]
-        self.fleet.stop_many(procs, timeout=timeout)
+        self._stop_roles(roles, timeout)
 
-    def stop(self) -> None:
-        """Stop restarting, then stop every process (SIGTERM, SIGKILL after a while)."""
+    def stop(self, timeout: float = 45) -> None:
+        """Stop restarting, then stop every process (SIGTERM, SIGKILL after `timeout`).
+
+        The default is past SHUTDOWN_TIMEOUT (30 s): a worker still running an
+        item at the end may use all of it, then hand the item back.
+        """
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
         with self._lock:
             for role in self.roles:
                 role.retired = True
-        self.fleet.stop_all(timeout=30)
+        self._stop_roles(self.roles, timeout)
+        self.fleet.stop_all(timeout=timeout)  # anything else the fleet started
+
+    def _stop_roles(self, roles: list[Role], timeout: float) -> None:
+        running = [r for r in roles if r.proc is not None and r.proc.alive()]
+        codes = self.fleet.stop_many([r.proc for r in running if r.proc], timeout=timeout)
+        for role in running:
+            assert role.proc is not None
+            self.stops.append(Stop(role.name, role.kind, codes[role.proc.name]))
+
+    def unclean_stops(self) -> list[Stop]:
+        """Stops, after the faults, that ended by a kill or a non-zero exit."""
+        return [s for s in self.stops if not s.clean]
 
     def unexpected_exits(self) -> list[Exit]:
         """Exits the injector did not cause (a producer's normal end aside)."""

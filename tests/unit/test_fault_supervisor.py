@@ -1,0 +1,100 @@
+"""The fault run's supervisor judges how the product's processes stop after the faults.
+
+Real processes (small Python scripts standing in for the commands): one that
+exits 0 on SIGTERM, one that exits 3, one that ignores SIGTERM. The run must
+fail on the last two, which before were killed and forgotten.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.faults.supervisor import Role, Supervisor
+from tests.ha.processes import Fleet, Proc
+
+BEHAVIOURS = {
+    # Each prints "ready" once its SIGTERM handler is in place.
+    "obeys": "import signal,sys,time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nprint('ready', flush=True)\n"
+    "while True: time.sleep(0.05)",
+    "fails": "import signal,sys,time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))\nprint('ready', flush=True)\n"
+    "while True: time.sleep(0.05)",
+    "hangs": "import signal,time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+    "while True: time.sleep(0.05)",
+}
+
+
+class ScriptFleet(Fleet):
+    """Starts `python -c BEHAVIOURS[args[0]]` in place of `manage.py args`."""
+
+    def start(self, name: str, *args: str, host: object = None, env: object = None) -> Proc:
+        log = self.run_dir / f"{name}.log"
+        with open(log, "ab") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-c", BEHAVIOURS[args[0]]],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+
+def _started(supervisor: Supervisor) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if all(r.proc and "ready" in r.proc.output() for r in supervisor.roles):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the stand-in processes did not start")
+
+
+def _supervisor(tmp_path: Path, *layout: tuple[str, str, str]) -> Supervisor:
+    roles = [Role(name, kind, (behaviour,), {}) for name, kind, behaviour in layout]
+    supervisor = Supervisor(ScriptFleet(tmp_path, {}), roles)
+    supervisor.start()
+    _started(supervisor)
+    return supervisor
+
+
+def test_a_clean_stop_is_recorded_as_clean(tmp_path: Path) -> None:
+    supervisor = _supervisor(tmp_path, ("worker-1", "worker", "obeys"), ("sweep", "sweep", "obeys"))
+    supervisor.stop(timeout=5)
+    assert [(s.role, s.code) for s in supervisor.stops] == [("worker-1", 0), ("sweep", 0)]
+    assert supervisor.unclean_stops() == []
+
+
+def test_a_process_that_hangs_or_fails_on_sigterm_is_unclean(tmp_path: Path) -> None:
+    supervisor = _supervisor(
+        tmp_path,
+        ("scheduler", "scheduler", "fails"),
+        ("worker-1", "worker", "hangs"),
+        ("worker-2", "worker", "obeys"),
+    )
+    supervisor.retire("scheduler", timeout=5)
+    supervisor.stop(timeout=1)
+    unclean = {s.role: str(s) for s in supervisor.unclean_stops()}
+    assert unclean == {
+        "scheduler": "scheduler exited 3 on SIGTERM",
+        "worker-1": "worker-1 did not exit on SIGTERM and was killed (its stacks are in its log)",
+    }
+    hung = next(r for r in supervisor.roles if r.name == "worker-1")
+    assert hung.proc is not None
+    assert hung.proc.popen.returncode in (-signal.SIGUSR2, -signal.SIGKILL)
+    # A retired role is not started again, and the final stop records each process once.
+    assert [r.starts for r in supervisor.roles] == [1, 1, 1]
+    assert len(supervisor.stops) == 3
+
+
+def test_the_producer_is_not_judged(tmp_path: Path) -> None:
+    supervisor = _supervisor(tmp_path, ("producer", "producer", "fails"))
+    supervisor.stop(timeout=5)
+    assert [s.code for s in supervisor.stops] == [3]
+    assert supervisor.unclean_stops() == []
