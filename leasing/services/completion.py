@@ -17,6 +17,7 @@ from django.db import DatabaseError
 
 from .. import signals
 from ..conf import get_settings
+from ..exceptions import DatabaseUnavailable, LeaseConflictError, LeaseExpiredError
 from ..sql import work_items as sql
 from ..sql.fairness import next_cursors
 from ..sql.runner import is_infrastructure_error, run_one
@@ -112,7 +113,17 @@ def complete_one_by_one(manager: LeaseManager, done: Sequence[Finished]) -> Comp
                     tuple(completed), tuple(lost), tuple(unstorable), tuple(done[index:])
                 )
             reason = "output not storable: " + (str(exc).strip().splitlines() or ["?"])[0]
-            fail_attempt(manager, lease, reason, retry=False, reason="output_not_storable")
+            try:
+                fail_attempt(manager, lease, reason, retry=False, reason="output_not_storable")
+            except (LeaseExpiredError, LeaseConflictError):
+                lost.append(lease)  # the item moved on: its new holder decides
+                continue
+            except (DatabaseUnavailable, DatabaseError) as again:
+                if is_infrastructure_error(again):
+                    return Completion(
+                        tuple(completed), tuple(lost), tuple(unstorable), tuple(done[index:])
+                    )
+                raise
             unstorable.append((lease, reason))
             continue
         (completed if row is not None else lost).append(lease)

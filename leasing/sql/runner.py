@@ -4,8 +4,9 @@ A statement is `(sql, params)`. `run()` executes one and returns its rows
 (RETURNING or SELECT). Driver errors are sorted into three kinds the callers
 treat differently:
 
-* an outage (connection refused, dropped, server shutting down): raised as
-  `DatabaseUnavailable`, the caller reconnects and tries again;
+* an outage (connection refused, dropped, server shutting down, or a driver
+  that lost track of the protocol): raised as `DatabaseUnavailable`, the
+  caller reconnects and tries again;
 * a lock conflict (deadlock, serialization failure, lock timeout, SQLite's
   "database is locked"): the statement changed nothing; run it again;
 * anything else (a bad statement, a value the column refuses): a real error.
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import InterfaceError, OperationalError, connections, transaction
+from django.db import InterfaceError, InternalError, OperationalError, connections, transaction
 from django.utils.dateparse import parse_datetime
 
 from ..exceptions import DatabaseUnavailable
@@ -96,6 +97,10 @@ def translate_db_errors() -> Iterator[None]:
         if is_connection_error(exc):
             raise DatabaseUnavailable(f"Database unavailable: {exc}") from exc
         raise
+    except InternalError as exc:
+        if lost_protocol(exc):
+            raise DatabaseUnavailable(f"Database unavailable: {exc}") from exc
+        raise
 
 
 def _cause(exc: BaseException) -> BaseException:
@@ -131,13 +136,28 @@ def is_unique_violation(exc: BaseException, index: str, columns: str) -> bool:
     return driver is not None and driver.breaks_unique(cause, index, columns)
 
 
+def lost_protocol(exc: BaseException) -> bool:
+    """The driver lost track of the conversation, with no error from the server.
+
+    psycopg raises `InternalError` with no SQLSTATE when the answers it reads
+    do not fit what it sent ("received 2 results from command 'COMMIT'", seen
+    after a pooler's server connection crashed): what the server did is
+    unknown, so it is treated as an outage, never as the statement's fault.
+    """
+    if not isinstance(exc, InternalError):
+        return False
+    cause = _cause(exc)
+    driver = storage_of_error(cause)
+    return driver is not None and driver.is_unavailable(cause)
+
+
 def is_infrastructure_error(exc: BaseException) -> bool:
     """An outage or a lock conflict: the database's trouble, not the caller's code."""
     if isinstance(exc, DatabaseUnavailable | InterfaceError):
         return True
     if isinstance(exc, OperationalError):
         return is_lock_conflict(exc) or is_connection_error(exc)
-    return False
+    return lost_protocol(exc)
 
 
 def dump_json(value: Any) -> str | None:

@@ -34,7 +34,7 @@ from ..exceptions import DatabaseUnavailable
 from ..services.completion import Completion, complete, complete_and_claim
 from ..services.held import Lease
 from ..services.leases import LeaseManager
-from ..sql.runner import close_connection, is_lock_conflict
+from ..sql.runner import close_connection, is_infrastructure_error
 from .executors import ExecutorPool
 from .options import WorkerConfig
 from .outcomes import Counters, one_line
@@ -346,13 +346,11 @@ class Dispatcher:
         """Complete finished items (no claims); database trouble is retried later."""
         try:
             self.cycle(claiming=False)
-        except DatabaseUnavailable as exc:
-            logger.warning("completing finished items failed: %s", one_line(exc))
-            close_connection(self.config.using)
-        except DatabaseError as exc:
-            if not is_lock_conflict(exc):
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            if not is_infrastructure_error(exc):  # an outage or a lock conflict
                 raise
             logger.warning("completing finished items failed: %s", one_line(exc))
+            close_connection(self.config.using)
 
     def flush_until_written(self) -> None:
         """Do not exit holding results the database has not taken yet.

@@ -38,7 +38,7 @@ from ..services import processes
 from ..services.backlog import due_within
 from ..services.leases import LeaseManager
 from ..sql.processes import RunReport
-from ..sql.runner import close_connection, is_lock_conflict
+from ..sql.runner import close_connection, is_infrastructure_error, is_lock_conflict
 from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from ..storage import storage_for
 from .dispatcher import Dispatcher
@@ -242,7 +242,18 @@ class WorkerRuntime:
                 if self.leadership is not None:
                     self.leadership.claimed(self.dispatcher.last_asked, claimed, started_at)
                 ended = None if claimed or len(self.slots) else self._idle_ending()
-            except DatabaseUnavailable as exc:
+            except (DatabaseUnavailable, DatabaseError) as exc:
+                if isinstance(exc, DatabaseError) and is_lock_conflict(exc):
+                    # SKIP LOCKED still waits for (and locks) a row version a
+                    # concurrent claim just updated, so busy workers' statements
+                    # can rarely deadlock; the aborted statement changed nothing.
+                    logger.warning("claim/complete statement aborted (%s); retrying", one_line(exc))
+                    self._stop.wait(random.uniform(0.001, 0.02))
+                    continue
+                # An outage, also one met at a COMMIT (outside the statements'
+                # own translation): reconnect and go on, never exit for it.
+                if not is_infrastructure_error(exc):
+                    raise
                 outages += 1
                 delay = min(0.2 * 2 ** min(outages - 1, 5), 5.0)
                 logger.warning(
@@ -250,15 +261,6 @@ class WorkerRuntime:
                 )
                 close_connection(self.config.using)
                 self._stop.wait(delay)
-                continue
-            except DatabaseError as exc:
-                # SKIP LOCKED still waits for (and locks) a row version a
-                # concurrent claim just updated, so busy workers' statements
-                # can rarely deadlock; the aborted statement changed nothing.
-                if not is_lock_conflict(exc):
-                    raise
-                logger.warning("claim/complete statement aborted (%s); retrying", one_line(exc))
-                self._stop.wait(random.uniform(0.001, 0.02))
                 continue
             if outages:
                 logger.info("database connection restored after %d failed attempt(s)", outages)
