@@ -185,23 +185,32 @@ def make_log_dir() -> Path:
 
 
 def install_cleanup(cleanup: Callable[[], None]) -> None:
-    """Run `cleanup` at exit and on SIGTERM/SIGINT (then exit 130/143)."""
-    done = threading.Event()
+    """Run `cleanup` at exit and on SIGTERM/SIGINT (then exit 130/143; a second signal
+    ends the run at once).
+
+    The clean-up runs on the signal thread, not in the handler: it takes
+    locks (the subprocesses' list, logging) that the main thread may hold
+    when the signal lands.
+    """
+    from leasing.threads import SignalThread
+
+    lock = threading.Lock()
+    done = False
 
     def once() -> None:
-        if not done.is_set():
-            done.set()
-            cleanup()
+        nonlocal done
+        with lock:  # held throughout, so an exit waits for a clean-up under way
+            if not done:
+                done = True
+                cleanup()
 
-    def on_signal(signum: int, frame: Any) -> None:
-        signal.signal(signum, signal.SIG_DFL)
+    def on_signal(signum: int) -> None:
         sys.stderr.write(f"\n{signal.Signals(signum).name}: stopping subprocesses...\n")
         once()
         os._exit(128 + signum)
 
     atexit.register(once)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    SignalThread(on_signal, second_is_default=True).install()
 
 
 def subprocess_env(database_url: str, **extra: str) -> dict[str, str]:
