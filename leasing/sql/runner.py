@@ -16,14 +16,23 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import InterfaceError, InternalError, OperationalError, connections, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    InternalError,
+    OperationalError,
+    connections,
+    transaction,
+)
 from django.utils.dateparse import parse_datetime
 
-from ..exceptions import DatabaseUnavailable
+from ..exceptions import DatabaseUnavailable, one_line
 from ..storage import storage_of_error
 
 if TYPE_CHECKING:
@@ -31,6 +40,10 @@ if TYPE_CHECKING:
 
 
 Statement = tuple[str, list[Any]]
+logger = logging.getLogger("leasing")
+
+# How many times a process's start waits out an outage: about two minutes in all.
+START_ATTEMPTS = 30
 
 
 def run(using: str, statement: Statement) -> list[dict[str, Any]]:
@@ -158,6 +171,34 @@ def is_infrastructure_error(exc: BaseException) -> bool:
     if isinstance(exc, OperationalError):
         return is_lock_conflict(exc) or is_connection_error(exc)
     return lost_protocol(exc)
+
+
+def until_reachable[T](
+    fn: Callable[[], T],
+    *,
+    what: str,
+    using: str,
+    stop: threading.Event,
+    attempts: int = START_ATTEMPTS,
+) -> T:
+    """Run `fn`, waiting out an outage with a growing pause (up to 5 s).
+
+    A long-running command started before its database answers (PostgreSQL
+    restarting, a pooler not up yet) waits instead of exiting, so a process
+    manager's limit on quick restarts (systemd's `StartLimitBurst`) is not
+    spent on it. Raises the outage after `attempts`, or at once when `stop`
+    is set; any other error at once.
+    """
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            if not is_infrastructure_error(exc) or attempt == attempts - 1 or stop.is_set():
+                raise
+            logger.warning("%s failed (%s); retrying", what, one_line(exc))
+            close_connection(using)
+            stop.wait(min(0.2 * 2**attempt, 5.0))
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def dump_json(value: Any) -> str | None:

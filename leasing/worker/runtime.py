@@ -38,7 +38,12 @@ from ..services import processes
 from ..services.backlog import due_within
 from ..services.leases import LeaseManager
 from ..sql.processes import RunReport
-from ..sql.runner import close_connection, is_infrastructure_error, is_lock_conflict
+from ..sql.runner import (
+    close_connection,
+    is_infrastructure_error,
+    is_lock_conflict,
+    until_reachable,
+)
 from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from ..storage import storage_for
 from .dispatcher import Dispatcher
@@ -171,7 +176,9 @@ class WorkerRuntime:
     # --- the loop ----------------------------------------------------------------------
 
     def run(self) -> WorkerSummary:
-        self._with_reconnect(self._register, what="registering the worker")
+        until_reachable(
+            self._register, what="registering the worker", using=self.config.using, stop=self._stop
+        )
         c = self.config
         logger.info(
             "worker %s started: concurrency %d, queues %s, work types %s",
@@ -521,15 +528,3 @@ class WorkerRuntime:
             logger.warning("could not mark worker %s stopped: %s", self.worker_id, one_line(exc))
         if self.listener is not None:
             self.listener.stop()
-
-    def _with_reconnect(self, fn: object, *, what: str, attempts: int = 30) -> None:
-        for attempt in range(attempts):
-            try:
-                fn()  # type: ignore[operator]
-                return
-            except DatabaseUnavailable as exc:
-                if attempt == attempts - 1 or self._stop.is_set():
-                    raise
-                logger.warning("%s failed (%s); retrying", what, one_line(exc))
-                close_connection(self.config.using)
-                self._stop.wait(min(0.2 * 2**attempt, 5.0))

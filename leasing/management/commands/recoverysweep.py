@@ -5,6 +5,8 @@
     manage.py recoverysweep --schedule       # run it from django-q2's qcluster instead
 
 Several sweeps may run at once (on any hosts): they skip each other's rows.
+A database that does not answer at start is waited for (about two minutes,
+as `runworker` does), so a sweep started before PostgreSQL keeps its place.
 SIGTERM or SIGINT finishes the current batch, marks the sweep's `workers` row
 `stopped` and exits 0; a second signal exits at once.
 """
@@ -21,8 +23,9 @@ from django.apps import apps
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
-from leasing.exceptions import DatabaseUnavailable, InvalidInput, ProcessIdInUse
+from leasing.exceptions import DatabaseUnavailable, InvalidInput, ProcessIdInUse, one_line
 from leasing.management.base import LeasingCommand
+from leasing.sql.runner import until_reachable
 from leasing.states import WorkerRole
 from leasing.sweep import RecoveryStats, RecoverySweep, describe
 from leasing.sweep.schedule import schedule_sweep
@@ -161,9 +164,14 @@ class Command(LeasingCommand):
         signals.install()
         try:
             try:
-                sweep.start()
-            except (ProcessIdInUse, DatabaseUnavailable) as exc:
-                raise CommandError(str(exc)) from exc
+                until_reachable(
+                    sweep.start, what="starting the sweep", using=sweep.using, stop=stop
+                )
+            except (ProcessIdInUse, DatabaseUnavailable, DatabaseError) as exc:
+                if stop.is_set():  # stopped while waiting for the database: nothing ran
+                    return
+                text = one_line(exc) if isinstance(exc, DatabaseError) else str(exc)
+                raise CommandError(text) from exc
             if self.verbosity > 0:
                 self.stderr.write(
                     f"recovery sweep {sweep.worker_id} running every "
