@@ -52,10 +52,11 @@ from ..exceptions import (
     LeaseLostError,
     PayloadNotSerializable,
     WorkItemNotFound,
+    one_line,
 )
 from ..sql import idempotency as sql
 from ..sql.checkpoints import lease_fence
-from ..sql.runner import load_json, run, run_one
+from ..sql.runner import is_infrastructure_error, load_json, run, run_one
 from ..states import IdempotencyStatus
 from ..storage import storage_for
 from .held import Lease
@@ -324,11 +325,16 @@ class _Claim:
         """Store the outcome, if the key is still our pending claim; True if it was."""
         try:
             rows = run(self.using, sql.finish(self.d, self.key, claim, status, encoded))
-        except Exception:
+        except Exception as exc:
             if status == IdempotencyStatus.FAILED:
                 # Do not hide fn()'s own exception behind a bookkeeping error;
                 # the pending row is taken over once its owner is gone.
-                logger.exception("idempotency key %r: could not mark it failed", self.key)
+                if is_infrastructure_error(exc):  # an outage: one line, not a traceback
+                    logger.warning(
+                        "idempotency key %r: could not mark it failed: %s", self.key, one_line(exc)
+                    )
+                else:
+                    logger.exception("idempotency key %r: could not mark it failed", self.key)
                 return False
             raise
         if not rows:

@@ -128,6 +128,30 @@ def test_a_failed_run_is_not_cached_and_runs_again(db):
     assert working.calls == 1
 
 
+def test_an_outage_while_marking_a_failed_run_logs_one_line_and_keeps_its_error(
+    db, monkeypatch, caplog
+):
+    """The effect's own exception reaches the caller; the outage that kept the key
+    from being marked failed is one warning line (the key is taken over later)."""
+    from leasing.exceptions import DatabaseUnavailable
+    from leasing.services import idempotency
+
+    real = idempotency.run
+
+    def down_for_the_mark(using, statement):
+        if "UPDATE" in statement[0] and "failed" in statement[1]:
+            raise DatabaseUnavailable("Database unavailable: server login has been failing")
+        return real(using, statement)
+
+    monkeypatch.setattr(idempotency, "run", down_for_the_mark)
+    with pytest.raises(RuntimeError, match="gateway timeout"):
+        run_once("k", {"x": 1}, Effect(error=RuntimeError("gateway timeout")))
+    [record] = [r for r in caplog.records if "could not mark it failed" in r.getMessage()]
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert "server login has been failing" in record.getMessage()
+    assert key_row("k")["status"] == "pending"
+
+
 def test_an_expired_key_behaves_as_absent(db):
     effect = Effect("first")
     run_once("k", {"v": 1}, effect)
