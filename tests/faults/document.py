@@ -137,9 +137,11 @@ def markdown(report: Report) -> str:
         "What they did: "
         + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(report.fault_effects.items()))
         + f". Processes started {sum(f['process_starts'].values())} times in all, "
-        f"{f['killed_exits']} of them after a SIGKILL. Once the faults were over, "
-        f"{f['clean_stops']} workers, sweeps and schedulers were stopped by SIGTERM and "
-        "exited 0 by themselves (a hang or another code fails the run).",
+        f"{f['killed_exits']} of them after a SIGKILL, and {f['crashes']} crashes: a worker, "
+        "sweep or scheduler that exits by itself fails the run (they wait out outages; only "
+        "a worker's exit 75, a restart after too many abandoned runs, is by design). Once "
+        f"the faults were over, {f['clean_stops']} workers, sweeps and schedulers were "
+        "stopped by SIGTERM and exited 0 (a hang or another exit code fails the run).",
         "",
         "## What is recorded",
         "",

@@ -121,6 +121,7 @@ def summarize(
     supervisor = context["supervisor"]
     config = context["config"]
     figures = figures_of(evidence, context["dsn"])
+    crashes = supervisor.crashes()
     figures.update(
         seconds=config.seconds,
         settle_limit=config.settle,
@@ -132,6 +133,7 @@ def summarize(
         process_starts={r.name: r.starts for r in supervisor.roles},
         clean_stops=sum(1 for s in supervisor.stops if s.judged and s.clean),
         killed_exits=sum(1 for e in supervisor.exits if e.killed),
+        crashes=len(crashes),
         skew=config.skew,
         concurrency=config.concurrency,
         queue_limits=dict(rules.queue_limits),
@@ -140,11 +142,12 @@ def summarize(
         caps=dict(rules.caps),
     )
     exits = [
-        f"{e.role} exited {e.code}: {e.last_line[:200]}" for e in supervisor.unexpected_exits()
+        f"{e.role} exited {e.code}{' (a crash)' if e.crash else ''}: {e.last_line[:200]}"
+        for e in supervisor.unexpected_exits()
     ]
     unclean = [str(s) for s in supervisor.unclean_stops()]
     report = Report(
-        passed=not any(found.values()) and not unclean,
+        passed=not any(found.values()) and not unclean and not crashes,
         figures=figures,
         violations=found,
         peaks=peaks,
@@ -170,7 +173,8 @@ def text(report: Report) -> str:
         + f" ({sum(report.faults.values())} in all)",
         "what they did: " + ", ".join(f"{k} {v}" for k, v in sorted(report.fault_effects.items())),
         f"process starts: {sum(f['process_starts'].values())} "
-        f"({f['killed_exits']} after SIGKILL, {len(report.exits)} exits by themselves); "
+        f"({f['killed_exits']} after SIGKILL, {len(report.exits)} exits by themselves, "
+        f"{f['crashes']} of them crashes); "
         f"stopped at the end: {f['clean_stops']} cleanly, {len(report.unclean_stops)} not",
         f"items: {f['items']} {f['statuses']} ({f['superseded']} superseded)",
         f"claims {f['claims']} ({f['reclaimed_items']} items claimed more than once), "

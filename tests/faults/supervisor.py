@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from leasing.worker.runtime import EXIT_ABANDONED_RUNS
 from tests.ha.processes import Fleet, Proc
 
 # How long a role stays down before it is started again.
@@ -42,9 +43,22 @@ class Role:
 @dataclass(frozen=True)
 class Exit:
     role: str
+    kind: str
     code: int | None
     killed: bool
     last_line: str
+
+    @property
+    def crash(self) -> bool:
+        """A worker, sweep or scheduler that ended by itself, other than as designed.
+
+        The commands wait out the injected outages instead of exiting, so
+        exit 0 (the producer's end) and a worker's 75 (too many abandoned
+        runs: a restart by design) are the only exits a run expects.
+        """
+        if self.killed or self.kind not in JUDGED or self.code == 0:
+            return False
+        return not (self.kind == "worker" and self.code == EXIT_ABANDONED_RUNS)
 
 
 @dataclass(frozen=True)
@@ -106,7 +120,8 @@ class Supervisor:
             role.down_since = now
             code = proc.popen.returncode
             lines = proc.output().strip().splitlines()
-            self.exits.append(Exit(role.name, code, role.killed, lines[-1] if lines else ""))
+            last = lines[-1] if lines else ""
+            self.exits.append(Exit(role.name, role.kind, code, role.killed, last))
             if not role.restart and code == 0:
                 role.retired = True
                 return
@@ -167,3 +182,7 @@ class Supervisor:
     def unexpected_exits(self) -> list[Exit]:
         """Exits the injector did not cause (a producer's normal end aside)."""
         return [e for e in self.exits if not e.killed and e.code != 0]
+
+    def crashes(self) -> list[Exit]:
+        """Exits that fail the run (`Exit.crash`)."""
+        return [e for e in self.exits if e.crash]

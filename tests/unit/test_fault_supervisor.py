@@ -24,6 +24,8 @@ BEHAVIOURS = {
     "fails": "import signal,sys,time\n"
     "signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))\nprint('ready', flush=True)\n"
     "while True: time.sleep(0.05)",
+    "crashes": "print('ready', flush=True)\nraise SystemExit(1)",
+    "restarts": "print('ready', flush=True)\nraise SystemExit(75)",  # too many abandoned runs
     "hangs": "import signal,time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
     "while True: time.sleep(0.05)",
@@ -98,3 +100,19 @@ def test_the_producer_is_not_judged(tmp_path: Path) -> None:
     supervisor.stop(timeout=5)
     assert [s.code for s in supervisor.stops] == [3]
     assert supervisor.unclean_stops() == []
+
+
+def test_a_worker_that_exits_by_itself_is_a_crash(tmp_path: Path) -> None:
+    supervisor = _supervisor(
+        tmp_path,
+        ("worker-1", "worker", "crashes"),
+        ("worker-2", "worker", "restarts"),
+        ("producer", "producer", "crashes"),
+    )
+    deadline = time.monotonic() + 20
+    while len({e.role for e in supervisor.exits}) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    supervisor.stop(timeout=5)
+    crashes = {e.role for e in supervisor.crashes()}
+    assert crashes == {"worker-1"}  # 75 is a restart by design; the producer is not judged
+    assert {e.role for e in supervisor.unexpected_exits()} == {"worker-1", "worker-2", "producer"}
