@@ -87,7 +87,7 @@ class Fleet:
         host: Host | None = None,
         env: dict[str, str] | None = None,
     ) -> Proc:
-        cmd = [sys.executable, str(ROOT / "manage.py"), *args]
+        cmd = self.command(*args)
         if host is not None:
             cmd = host.command(*cmd)
         log = self.run_dir / f"{name}.log"
@@ -104,6 +104,10 @@ class Fleet:
         proc = Proc(name, popen, log)
         self.procs.append(proc)
         return proc
+
+    def command(self, *args: str) -> list[str]:
+        """What `start` runs for these arguments: `manage.py` with them."""
+        return [sys.executable, str(ROOT / "manage.py"), *args]
 
     def manage(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
         """Run a manage.py command to completion; return its stdout or raise with its output."""

@@ -8,13 +8,12 @@ fail on the last two, which before were killed and forgotten.
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tests.faults.supervisor import Role, Supervisor
-from tests.ha.processes import Fleet, Proc
+from tests.ha.processes import Fleet
 
 BEHAVIOURS = {
     # Each prints "ready" once its SIGTERM handler is in place.
@@ -33,20 +32,10 @@ BEHAVIOURS = {
 
 
 class ScriptFleet(Fleet):
-    """Starts `python -c BEHAVIOURS[args[0]]` in place of `manage.py args`."""
+    """Runs `python -c BEHAVIOURS[args[0]]` in place of `manage.py args`."""
 
-    def start(self, name: str, *args: str, host: object = None, env: object = None) -> Proc:
-        log = self.run_dir / f"{name}.log"
-        with open(log, "ab") as out:
-            popen = subprocess.Popen(
-                [sys.executable, "-c", BEHAVIOURS[args[0]]],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        proc = Proc(name, popen, log)
-        self.procs.append(proc)
-        return proc
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-c", BEHAVIOURS[args[0]]]
 
 
 def _started(supervisor: Supervisor) -> None:
