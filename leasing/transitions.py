@@ -258,9 +258,12 @@ GUARDS: tuple[Guard, ...] = (
             "claim": "'pending' releases the key; 'unfinished' keeps it (same row, no conflict)",
             "complete": "releases the key",
             "fail_attempt": "back to pending only if no other item holds the key; else superseded "
-            "(failed, 'Superseded by <holder>')",
-            "hand_back": "as fail_attempt",
-            "expire": "as fail_attempt; of several expired items of one key, the lowest id returns",
+            "(failed, 'Superseded by <holder>'); a period key is not checked (its holders "
+            "overlap by design)",
+            "hand_back": "as fail_attempt; of several items of one key handed back together "
+            "(a forced stop), one returns",
+            "expire": "as fail_attempt; of several expired items of one status-scoped key, the "
+            "lowest id returns",
             "force_release": "as fail_attempt",
             "force_fail": "releases the key",
             "retry_failed": "skipped (nothing written) while another item holds the key",

@@ -13,21 +13,23 @@ worker runtime always passes the lease itself (`Lease.key`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from .. import signals, validation
 from ..conf import get_settings
-from ..exceptions import InvalidInput
+from ..exceptions import InvalidInput, LeaseError, one_line
 from ..sql import renewals, unique
 from ..sql import work_items as sql
 from ..sql.renewals import Renewal
 from ..sql.runner import (
     UNIQUE_RACE_ATTEMPTS,
     Statement,
+    is_infrastructure_error,
     run,
     run_one,
     to_datetime,
@@ -43,6 +45,8 @@ from .held import HeldLeases, Lease, LeaseKey, ReleaseOutcome, leases_from_rows,
 from .held import refusal as lease_refusal
 from .rate_limits import claim_rate_limited
 from .terms import claim_filters, claim_limits, claim_terms, error_text, retry_backoff_seconds
+
+logger = logging.getLogger("leasing.worker")
 
 MAX_BATCH = 1000
 
@@ -395,11 +399,36 @@ class LeaseManager:
         if not keys:
             return 0
         d = storage_for(self.using)
-        with translate_db_errors(), transaction.atomic(using=self.using):
-            rows = run(self.using, sql.requeue_all(d, self.worker_id, list(keys)))
-            d.notify(r["queue_name"] for r in rows if r["status"] == WorkItemStatus.PENDING)
+        try:
+            with translate_db_errors(), transaction.atomic(using=self.using):
+                rows = run(self.using, sql.requeue_all(d, self.worker_id, list(keys)))
+                d.notify(r["queue_name"] for r in rows if r["status"] == WorkItemStatus.PENDING)
+        except DatabaseError as exc:
+            if is_infrastructure_error(exc):
+                raise
+            # One row broke the statement (two of its items share a key that only
+            # one pending item can hold, say): hand each back on its own.
+            logger.warning("handing back %d items at once failed (%s); one by one", len(keys),
+                           one_line(exc))  # fmt: skip
+            return self._requeue_each(keys)
         self.held.discard((r["work_item_id"], r["lease_token"]) for r in rows)
         return len(rows)
+
+    def _requeue_each(self, keys: Sequence[LeaseKey]) -> int:
+        """`requeue` for each lease: one that fails is logged and left to the sweep."""
+        handed_back = 0
+        for key in keys:
+            try:
+                self.requeue(key, interrupted=False, error="handed back by a forced stop")
+            except LeaseError:
+                continue  # the lease moved on: nothing of ours to hand back
+            except DatabaseError as exc:
+                if is_infrastructure_error(exc):
+                    raise
+                logger.exception("could not hand back %s; the sweep will", key[0])
+                continue
+            handed_back += 1
+        return handed_back
 
     def outcome(self, key: LeaseKey, row: dict[str, Any] | None) -> ReleaseOutcome:
         """The outcome of a fenced release, or the specific error if it matched no row."""

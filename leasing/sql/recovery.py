@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from .. import transitions as T
 from .runner import Statement
+from .unique import STATUS_SCOPES
 from .work_items import IN_PROGRESS, attempt_ended_set
 
 if TYPE_CHECKING:
@@ -83,7 +84,8 @@ def superseded(candidates: str) -> str:
     Another item holding the key now, else the retried candidate of the same
     key with the lowest id (several expired items of one `pending`-scoped key
     cannot all return to pending: the first does, the others are superseded
-    by it). One window over the batch, and nothing for a row without a key.
+    by it). One window over the batch, and nothing for a row without a key or
+    with a period key, whose holders overlap by design (`unique.other_holder`).
     """
     first = (
         "min(c0.work_item_id) FILTER (WHERE c0.will_retry = 1) "
@@ -91,7 +93,7 @@ def superseded(candidates: str) -> str:
     )
     return f"""
         SELECT c0.*,
-               CASE WHEN c0.unique_key IS NOT NULL
+               CASE WHEN c0.unique_key IS NOT NULL AND c0.unique_scope IN ({STATUS_SCOPES})
                     THEN COALESCE(c0.holder, NULLIF({first}, c0.work_item_id)) END
                    AS superseded_by
         FROM {candidates} AS c0

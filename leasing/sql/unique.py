@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 _P, _U = f"'{UniqueScope.PENDING.value}'", f"'{UniqueScope.UNFINISHED.value}'"
 PERIOD = f"'{UniqueScope.PERIOD.value}'"
+# The scopes a status holds (one holder per key, the unique index): SQL list.
+STATUS_SCOPES = f"{_P}, {_U}"
 
 
 def holding(row: str = "") -> str:
@@ -70,7 +72,7 @@ def other_holder(row: str) -> str:
     there (`leasing.transitions`: the returning item is superseded by the
     holder). A period key is not checked: its holders overlap by design.
     """
-    return f"""(CASE WHEN {row}.unique_scope IN ({_P}, {_U}) THEN (
+    return f"""(CASE WHEN {row}.unique_scope IN ({STATUS_SCOPES}) THEN (
         SELECT h.work_item_id FROM work_items AS h
         WHERE h.unique_key = {row}.unique_key AND h.unique_scope = {row}.unique_scope
           AND h.work_item_id <> {row}.work_item_id AND {holding("h")}

@@ -89,6 +89,46 @@ def test_of_two_expired_items_of_one_key_the_first_returns_and_supersedes_the_ot
     _superseded(high, low)
 
 
+def test_the_sweep_returns_expired_items_of_one_period_key_all_to_pending():
+    """A period key's holders overlap by design: the sweep supersedes none of them."""
+    first = enqueue("a", "noop", unique_key="k", unique_while=timedelta(seconds=30))
+    WorkItem.objects.filter(pk=first.pk).update(unique_until=database_now())  # its period ended
+    second = enqueue("b", "noop", unique_key="k", unique_while=timedelta(seconds=30))
+    assert not second.duplicate
+    assert len(LeaseManager("w1").acquire_leases(2)) == 2
+    expire(first.pk, second.pk)
+
+    stats = sweep().scan_and_recover()
+
+    assert (stats.errors, stats.recovered, stats.failed) == (0, 2, 0)
+    assert {row(i)["status"] for i in (first.pk, second.pk)} == {"pending"}
+    assert {row(i)["retry_count"] for i in (first.pk, second.pk)} == {1}
+
+
+def test_a_forced_stop_hands_back_two_running_items_of_one_key_and_the_rest():
+    """Two running items may share a pending-scoped key (each gave it up when claimed);
+    handed back together, the first returns and supersedes the other, and an item
+    without a key beside them is handed back as always (no attempt counted)."""
+    first = enqueue("a", "noop", unique_key="k", unique_while="pending")
+    manager = LeaseManager("w1")
+    leases = [manager.acquire_lease(task_id_filter="a")]
+    second = enqueue("b", "noop", unique_key="k", unique_while="pending")
+    plain = enqueue("c", "noop")
+    leases += manager.acquire_leases(2)
+    assert sorted(lease.work_item_id for lease in leases if lease) == sorted(
+        [first.pk, second.pk, plain.pk]
+    )
+
+    handed_back = manager.requeue_all([lease.key for lease in leases if lease])
+
+    assert handed_back == 3
+    low, high = sorted([first.pk, second.pk])
+    _holds(low)
+    _superseded(high, low)
+    assert (row(plain.pk)["status"], row(plain.pk)["retry_count"]) == ("pending", 0)
+    assert row(low)["retry_count"] == 0
+
+
 def test_a_failed_attempt_is_superseded_instead_of_retried():
     a, b, manager, lease = _running_then_held()
     outcome = manager.release_lease(a.pk, False, error="boom", retry=True, token=lease.token)

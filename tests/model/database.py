@@ -88,6 +88,14 @@ def let_backoffs_pass() -> None:
     )
 
 
+def end_periods() -> None:
+    """Time passes for period keys: every period ended a second ago."""
+    execute(
+        f"UPDATE work_items SET unique_until = {clock(-1)} "
+        f"WHERE unique_scope = 'period' AND unique_until > {now()}"
+    )
+
+
 def age_finished() -> None:
     """Time passes for finished items: they finished two hours ago."""
     execute(
@@ -107,7 +115,8 @@ def rows() -> dict[str, dict[str, Any]]:
                    retry_count, max_retries, dependencies_left, unique_key, unique_scope,
                    queue_name, work_type, error_message, completed_at, cancel_requested_at,
                    CASE WHEN COALESCE(run_after, created_at) <= {n} THEN 1 ELSE 0 END AS ready,
-                   CASE WHEN lease_expires_at < {n} THEN 1 ELSE 0 END AS expired
+                   CASE WHEN lease_expires_at < {n} THEN 1 ELSE 0 END AS expired,
+                   CASE WHEN unique_until > {n} THEN 1 ELSE 0 END AS period_live
             FROM work_items
             """
         )

@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from . import database as db
-from .reference import CANCELLED, COMPLETED, FAILED, IN_PROGRESS, PENDING, STATUSES, Reference
+from .reference import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    IN_PROGRESS,
+    PENDING,
+    PERIOD,
+    STATUSES,
+    Reference,
+)
 
 
 def check_invariants(
@@ -28,7 +37,10 @@ def check_invariants(
         if status == PENDING:
             assert row["cancel_requested_at"] is None, f"{item_id}: pending, asked to stop"
         scope = row["unique_scope"]
-        holding = status == PENDING or (status == IN_PROGRESS and scope == "unfinished")
+        if scope == PERIOD:
+            holding = bool(row["period_live"])
+        else:
+            holding = status == PENDING or (status == IN_PROGRESS and scope == "unfinished")
         if holding and row["unique_key"] is not None:
             holders.setdefault((row["unique_key"], scope), []).append(item_id)
         if status == IN_PROGRESS:

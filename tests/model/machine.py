@@ -8,6 +8,7 @@ types and one unique key name; a rule calls the app, then applies the same step 
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -27,7 +28,9 @@ TYPES = ("model.a", "model.b")
 # One key name: with its two scopes that is two keys, which collide often enough to
 # reach every transition into pending while another item holds the key.
 KEYS = ("k",)
-SCOPES = ("pending", "unfinished")
+SCOPES = ("pending", "unfinished", "period")
+# A period key's period: long enough that only `end_periods` ends it.
+PERIOD_LENGTH = timedelta(hours=1)
 LIMITS = st.sampled_from([{}, {"q1": 2}, {"q2": 1}])
 TYPE_LIMITS = st.sampled_from([{}, {}, {"model.b": 1}])
 # Rate keys and fairness keys (tenants) of the items; q2 may be a fair queue, and each
@@ -35,6 +38,11 @@ TYPE_LIMITS = st.sampled_from([{}, {}, {"model.b": 1}])
 RATE_KEYS = ("r1", "r2")
 FAIRNESS_KEYS = ("t1", "t2", "t3")
 RATE_BURST = 2
+
+
+def unique_while(scope: str) -> str | timedelta:
+    """The `unique_while` that gives a key this scope."""
+    return PERIOD_LENGTH if scope == "period" else scope
 
 
 class ModelMachine(RuleBasedStateMachine):
@@ -92,7 +100,7 @@ class ModelMachine(RuleBasedStateMachine):
                 max_retries=1,
                 queue_name=QUEUES[0],
                 unique_key=KEYS[0],
-                unique_while=scope,
+                unique_while=unique_while(scope),
             )
             expected = self.ref.enqueue(
                 item.work_item_id,
@@ -159,7 +167,7 @@ class ModelMachine(RuleBasedStateMachine):
             deps = data.draw(st.lists(st.sampled_from(existing), max_size=2, unique=True))
         rules: dict[str, Any] = {}
         if key is not None:
-            rules.update(unique_key=key[0], unique_while=key[1])
+            rules.update(unique_key=key[0], unique_while=unique_while(key[1]))
         if deps:
             rules.update(depends_on=deps, on_dependency_failure=on_failure)
         self.enqueued += 1
@@ -210,7 +218,7 @@ class ModelMachine(RuleBasedStateMachine):
             queue_name=item.queue,
             max_retries=item.max_retries,
             unique_key=item.key[0],
-            unique_while=item.key[1],
+            unique_while=unique_while(item.key[1]),
         )
         expected = self.ref.enqueue(
             new.work_item_id,

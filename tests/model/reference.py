@@ -23,6 +23,7 @@ DELETE, RUN_NOW = "delete", "run_now"
 DELETED = "deleted"  # the result's new_status of a deleted item
 
 Key = tuple[str, str]  # (unique_key, unique_scope)
+PERIOD = "period"  # a key held for a time whatever the status: holders may overlap
 
 
 # Which rule of the model test (tests/model/rules.py) drives each transition of
@@ -72,14 +73,23 @@ class Item:
     # and its fairness key (a tenant of the fair queue).
     rate_key: str | None = None
     fairness_key: str | None = None
+    # A "period" key's period has ended (`end_periods`): it holds the key no more.
+    period_over: bool = False
 
     def holds_key(self) -> bool:
-        """A status-scoped key: "pending" while pending, "unfinished" while pending or running."""
+        """ "pending" while pending, "unfinished" while pending or running, "period" until
+        its period ends, whatever its status."""
         if self.key is None:
             return False
+        if self.key[1] == PERIOD:
+            return not self.period_over
         return self.status == PENDING or (
             self.key[1] == "unfinished" and self.status == IN_PROGRESS
         )
+
+    def status_scoped(self) -> bool:
+        """Its key is held by a status (the unique index), so a return to pending checks it."""
+        return self.key is not None and self.key[1] != PERIOD
 
 
 @dataclass
@@ -244,6 +254,32 @@ class Reference:
             else:
                 self._fail(item)
 
+    def forced_stop(self, held: list[str], left_alone: set[str], left_pending: set[str]) -> None:
+        """A worker's forced stop hands back every run it holds at once (`requeue_all`).
+
+        Two of them may share a "pending"-scoped key: the one the database
+        returned (`left_pending`) comes first and supersedes the others. The
+        one statement leaves alone (still running, for the sweep) an item
+        something depends on that would be superseded or was asked to stop;
+        its one-by-one fallback settles those too.
+        """
+        for item_id in sorted(held, key=lambda i: i not in left_pending):
+            item = self.items[item_id]
+            if item_id in left_alone:
+                holder = self.key_holder(item.key) if item.status_scoped() else None
+                superseded = holder is not None and holder is not item
+                assert item.cancel_requested or superseded, f"{item_id} was not handed back"
+                continue
+            self.hand_back(item_id)
+
+    def periods_running(self) -> bool:
+        return any(i.key and i.key[1] == PERIOD and not i.period_over for i in self.items.values())
+
+    def end_periods(self) -> None:
+        for item in self.items.values():
+            if item.key is not None and item.key[1] == PERIOD:
+                item.period_over = True
+
     def operator(self, action: str, item_id: str, expected_token: int | None) -> str | None:
         """apply_action: None if applied, else why it is skipped ("status", "token",
         "dependency", "key", "requested", "due", "awaited")."""
@@ -285,7 +321,7 @@ class Reference:
             failed_deps = [d for d in item.deps if self.items[d].status in ENDED]
             if failed_deps and item.on_dependency_failure == "fail":
                 return "dependency"
-            if self.key_holder(item.key) is not None:
+            if item.status_scoped() and self.key_holder(item.key) is not None:
                 return "key"
             item.status, item.retry_count, item.ready, item.superseded_by = PENDING, 0, True, None
             item.cancel_requested = False
@@ -335,8 +371,9 @@ class Reference:
     # --- shared ------------------------------------------------------------------------
 
     def _return_to_pending(self, item: Item, *, counted: bool, ready: bool) -> str:
-        """Every transition into pending checks the key: held by another, it is superseded."""
-        holder = self.key_holder(item.key)
+        """Every transition into pending checks a status-scoped key: held by another, it is
+        superseded. A period key is not checked (its holders overlap by design)."""
+        holder = self.key_holder(item.key) if item.status_scoped() else None
         if holder is not None and holder is not item:
             self._fail(item, superseded_by=holder.id)
             return FAILED

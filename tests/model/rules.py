@@ -193,6 +193,28 @@ class LeasingMachine(ModelMachine):
         db.let_backoffs_pass()
         self.ref.let_backoffs_pass()
 
+    @precondition(lambda self: self.ref.periods_running())
+    @rule()
+    def end_periods(self) -> None:
+        """Period keys' periods end: their items hold them no more, whatever their status."""
+        db.end_periods()
+        self.ref.end_periods()
+
+    @precondition(lambda self: self.ref.with_status(IN_PROGRESS))
+    @rule(data=st.data())
+    def forced_stop(self, data: st.DataObject) -> None:
+        """A worker's second signal: every run it holds is handed back at once."""
+        running = self.ref.with_status(IN_PROGRESS)
+        worker = data.draw(st.sampled_from(sorted({i.holder for i in running if i.holder})))
+        held = [i.id for i in running if i.holder == worker]
+        keys = data.draw(st.permutations([(i, self.ref.items[i].token) for i in held]))
+        handed_back = self.managers[worker].requeue_all(keys)
+        after = db.rows()
+        left_alone = {i for i in held if after[i]["status"] == IN_PROGRESS}
+        assert handed_back == len(held) - len(left_alone)
+        left_pending = {i for i in held if after[i]["status"] == PENDING}
+        self.ref.forced_stop(held, left_alone, left_pending)
+
     # --- operators ---------------------------------------------------------------------
 
     @precondition(lambda self: self.ref.items)
