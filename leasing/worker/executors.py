@@ -198,6 +198,11 @@ class ExecutorPool:
             self.executors.remove(executor)
         logger.warning("replacing %s: %s", executor.name, why)
         self._spawn()
+        # Its child sits idle while its thread is stuck in a thread-mode run, and a
+        # stuck thread never closes it: Python's exit would wait for that child forever.
+        idle_child, executor.child = executor.child, None
+        if idle_child is not None:
+            idle_child.close(self.process_stop_grace)
 
     def restarting(self) -> int:
         """Executors whose child is being stopped or replaced: a claim for them would wait."""

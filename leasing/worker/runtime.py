@@ -411,7 +411,19 @@ class WorkerRuntime:
         return keep
 
     def _abandoned_item_ids(self) -> tuple[str, ...]:
-        return tuple(slot.lease.work_item_id for slot in self.abandoned.alive())
+        """Items this process must not claim: their earlier run still runs here."""
+        ids = [slot.lease.work_item_id for slot in self.abandoned.alive()]
+        if self.pool.uses_children:
+            # A run in a child that was fenced out is not an abandoned run (its child
+            # is stopped), but until the child is gone (up to PROCESS_STOP_GRACE and
+            # then SIGKILL) a claim of its item would be handed straight back, and
+            # claimed again the next round.
+            ids += [
+                slot.lease.work_item_id
+                for executor in list(self.pool.executors)
+                if (slot := executor.slot) is not None and slot.state is SlotState.ABANDONED
+            ]
+        return tuple(ids)
 
     def _on_done(self, slot: Slot) -> None:
         self.slots.remove(slot)

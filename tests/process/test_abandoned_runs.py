@@ -4,8 +4,11 @@ that worker while the thread lives; past LEASING["MAX_ABANDONED_RUNS"] the worke
 
 from __future__ import annotations
 
+import contextlib
 import re
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -37,9 +40,9 @@ def _force_release(item_id: str) -> None:
     assert result.applied, result
 
 
-def _worker(spawn, record, *args: str, **leasing: object):
+def _worker(spawn, record, *args: str, env: dict[str, str] | None = None, **leasing: object):
     """A runworker process, returned once it registered (start-up is slow on a busy host)."""
-    env = {"LEASING_TEST_RECORD": str(record), **leasing_env(**leasing)}
+    env = {"LEASING_TEST_RECORD": str(record), **(env or {}), **leasing_env(**leasing)}
     proc = spawn("manage.py", "runworker", *args, env=env)
     wait_for(lambda: Worker.objects.filter(status="running").exists(), timeout=60)
     return proc
@@ -158,3 +161,56 @@ def test_a_beat_mode_handler_that_stops_beating_is_abandoned_once_the_sweep_reco
         _out, err = proc.communicate(timeout=30)
     assert err.count(f"abandoned the run of {item.pk}") == 1, err
     assert err.count(f"lease on {item.pk} (token 1) lost") == 1, err  # the expiry, once
+
+
+def _children(pid: int) -> set[int]:
+    """The pids of a worker's child processes that run handlers (every thread's children,
+    less multiprocessing's resource tracker, which ends on its own once the worker is gone)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found.update(int(c) for c in (task / "children").read_text().split())
+    return {c for c in found if b"resource_tracker" not in _cmdline(c)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_worker_with_child_processes_exits_despite_an_abandoned_thread_mode_run(spawn, tmp_path):
+    """A worker that also runs a type in `process` mode keeps an idle child per executor.
+    The executor stuck in an abandoned thread-mode run never closed its child, and at
+    exit Python waited for that child forever: the worker said 'stopped' and never
+    exited. Its child is now stopped when the executor is replaced."""
+    record = tmp_path / "runs.txt"
+    hung = enqueue("hung", "test.sleep", BLOCKED)
+    children_env = {"LEASING_TEST_PROCESS_HANDLERS": "1"}  # test.process_* run in children
+    proc = _worker(spawn, record, "--concurrency", "2", env=children_env,
+                   HEARTBEAT_INTERVAL=0.3, LEASE_DURATION=30, PROCESS_STOP_GRACE=1.0,
+                   SHUTDOWN_TIMEOUT=3)  # fmt: skip
+    try:
+        wait_for(lambda: _starts(record, hung.pk) == 1, timeout=60)
+        wait_for(lambda: len(_children(proc.pid)) >= 2, timeout=60)  # one child per executor
+        children = _children(proc.pid)
+        _force_release(hung.pk)
+        wait_for(lambda: Worker.objects.get().runs_abandoned == 1, timeout=15)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert not [pid for pid in children if _running(pid)], f"a child outlived its worker: {err}"
+    assert Worker.objects.get().status == "stopped"

@@ -303,3 +303,32 @@ def test_runworker_execution_sets_where_types_that_do_not_choose_run(spawn, tmp_
     assert proc.returncode == 0, err
     pid = row(in_child.pk)["output_data"]["pid"]
     assert pid != proc.pid and not running(pid)  # the worker's child, gone with it
+
+
+def test_a_force_released_item_is_not_claimed_again_while_its_child_is_being_stopped(
+    spawn, tmp_path
+):
+    """Its child ignores SIGTERM, so stopping it takes the grace. Meanwhile a free
+    executor must not claim the item, only to hand it straight back: that looped,
+    a claim and a hand-back a round (310 claims in this test before the fix)."""
+    record = tmp_path / "runs.txt"
+    item = enqueue("p", "test.process_stubborn")
+    stubborn_grace = 2.0
+    proc = worker(spawn, record, "--concurrency", "2", PROCESS_STOP_GRACE=stubborn_grace,
+                  SHUTDOWN_TIMEOUT=stubborn_grace + 2)  # fmt: skip
+    try:
+        _, token, pid = first_start(record)
+        result = apply_action(
+            Action.FORCE_RELEASE, item.pk, expected_token=token, actor="ops", reason="hung"
+        )
+        assert result.applied
+        wait_for(lambda: not running(pid), timeout=stubborn_grace + 10)
+        wait_for(lambda: len(started(record)) == 2, timeout=60)
+        _, second_token, _ = started(record)[1]
+        # At most one claim in between: the force-release's own wake-up may claim the
+        # item before the renewer sees the lease gone (that claim tells it, and is
+        # handed back); then none until the child is gone.
+        assert second_token in (token + 1, token + 2)
+    finally:
+        summary = parse_summary(stop(proc))
+    assert summary["claimed"] <= 3, summary

@@ -65,3 +65,15 @@ def process_exit(ctx: WorkContext) -> Any:
     """Ends its process without a word, as a crash in native code would."""
     record_pid(ctx, "start")
     os._exit(7)
+
+
+@handler("test.process_stubborn", execution="process", max_retries=0)
+def process_stubborn(ctx: WorkContext) -> Any:
+    """Ignores the worker's SIGTERM (the SystemExit it raises here): only SIGKILL, after
+    PROCESS_STOP_GRACE, stops it."""
+    record_pid(ctx, "start")
+    while True:
+        try:
+            time.sleep(3600)
+        except SystemExit:
+            continue
