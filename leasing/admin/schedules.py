@@ -17,6 +17,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db.models import QuerySet
+from django.db.models.functions import Now
 from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -25,10 +26,12 @@ from django.utils.safestring import SafeString
 
 from .. import validation
 from ..conf import get_settings
+from ..console.durations import EMPTY, duration
 from ..exceptions import InvalidInput
 from ..handlers import registry as handlers
 from ..models import Schedule
 from ..services import schedules as service
+from ..services.schedules import PASS_INTERVAL
 from ..ticks import (
     ScheduleSpec,
     check_item_input,
@@ -45,11 +48,20 @@ from . import display
 from .guards import first_unstorable, not_integer_ids, refusal_message
 
 if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
     _ModelForm = forms.ModelForm[Schedule]
     _ModelAdmin = admin.ModelAdmin[Schedule]
 else:  # Django's classes are not subscriptable at run time
     _ModelForm = forms.ModelForm
     _ModelAdmin = admin.ModelAdmin
+
+type ClockedSchedule = WithAnnotations[Schedule, display.DbClock]
+
+# A next run further in the past than this is overdue: a live scheduler enqueues a
+# tick at most one pass late, so three passes missed means none is running (or
+# this schedule fails each pass).
+OVERDUE_AFTER = 3 * PASS_INTERVAL
 
 DEFINITION = ("work_type", "cron", "every", "timezone", "payload", "queue_name", "missed")
 TIMING = ("cron", "every", "timezone")
@@ -174,8 +186,8 @@ class ScheduleAdmin(_ModelAdmin):
         "timezone",
         "work_type",
         "enabled",
-        "next_run_at",
-        "last_run_at",
+        "next_run",
+        "last_run",
         "last_item",
         "source",
     )
@@ -184,6 +196,13 @@ class ScheduleAdmin(_ModelAdmin):
     ordering = ("name",)
     actions = ("enable_selected", "disable_selected")
     list_per_page = 100
+
+    class Media:
+        css = {"all": ["leasing/admin.css"]}  # the overdue mark's colour
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ClockedSchedule]:
+        # `db_now`: the database clock, which the scheduler's passes also read.
+        return super().get_queryset(request).annotate(db_now=Now())
 
     # --- bad input in the list's search, filters or selection: a message, never a 500 ---
 
@@ -215,6 +234,26 @@ class ScheduleAdmin(_ModelAdmin):
     def timing(self, obj: Schedule) -> str:
         return obj.timing_text
 
+    @admin.display(description="next run at", ordering="next_run_at")
+    def next_run(self, obj: ClockedSchedule) -> SafeString | str:
+        if obj.next_run_at is None:
+            return EMPTY
+        shown = display.timestamp(obj.next_run_at)
+        late = (obj.db_now - obj.next_run_at).total_seconds()
+        if not obj.enabled or late <= OVERDUE_AFTER:
+            return shown  # a disabled schedule keeps its next run, and owes nothing
+        return format_html(
+            '{} <span class="leasing-bad-text leasing-overdue" title="No scheduler enqueued '
+            "this tick within {} of it: is manage.py runscheduler running, and does its log "
+            'name this schedule?">overdue by {}</span>',
+            shown,
+            duration(OVERDUE_AFTER),
+            duration(late),
+        )
+
+    last_tick = display.time_column("last_tick_at", "last tick at")
+    last_run = display.time_column("last_run_at", "last run at")
+
     @admin.display(description="last item")
     def last_item(self, obj: Schedule) -> SafeString | str:
         if not obj.last_work_item_id:
@@ -230,7 +269,7 @@ class ScheduleAdmin(_ModelAdmin):
     # --- what may change -------------------------------------------------------------------
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        state = ("next_run_at", "last_tick_at", "last_run_at", "last_item", "source")
+        state = ("next_run", "last_tick", "last_run", "last_item", "source")
         if obj is not None and obj.from_settings:
             return ("name", *DEFINITION, *state)
         return state if obj is not None else ()

@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("leasing.schedules")
 
+# Seconds between two passes of `runscheduler`: a tick is enqueued at most this late.
+PASS_INTERVAL = 1.0
+
 # How long a tick's unique key is held, whatever the item's status: far
 # longer than any clock skew or operator correction could move a tick back.
 UNIQUE_FOR = timedelta(days=400)

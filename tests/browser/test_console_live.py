@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.contrib.sessions.models import Session
 
 from leasing import LeaseManager, create_checkpoint, enqueue
 from leasing.models import Checkpoint, WorkItem
@@ -76,6 +77,44 @@ def test_the_dashboard_refreshes_its_panels_every_5_s_without_a_reload(live_serv
     page.wait_for_function("window.leasingRefreshes >= 1", timeout=12_000)
     assert page.evaluate("window.leasingMarker") == "no reload since"
     assert any("/dashboard/" in url for url in fetched)
+
+
+def test_the_dashboard_says_the_session_ended_instead_of_looking_updated(live_server, page):
+    operator()
+    log_in(page, live_server, "operator")
+    page.goto(f"{live_server.url}/admin/leasing/workitem/dashboard/")
+    stamp = page.locator("[data-leasing-updated]")
+    page.evaluate(COUNT_REFRESHES)
+    page.wait_for_function("window.leasingRefreshes >= 1", timeout=12_000)
+    # Just after a refresh: the next is 5 s away, so nothing is on its way.
+    Session.objects.all().delete()
+    updated = stamp.inner_text()
+    assert updated.startswith("updated ")
+
+    # The next refresh follows the redirect to the login page (200, no panels).
+    with page.expect_response(lambda r: "/admin/login/" in r.url, timeout=12_000):
+        pass
+    page.wait_for_function(
+        "(before) => document.querySelector('[data-leasing-updated]').textContent !== before",
+        arg=updated,
+    )
+    said = stamp.inner_text()
+    assert said.startswith("session ended: these figures are from "), said
+    assert updated.removeprefix("updated ") in said  # the time of the last real refresh
+    assert "updated" not in said and "leasing-bad-text" in stamp.get_attribute("class")
+    assert stamp.get_by_role("link", name="reload to sign in again").count() == 1
+    assert page.evaluate("document.documentElement.dataset.leasingRefreshState") == "signed-out"
+    assert page.evaluate("window.leasingRefreshes") == 1
+    assert page.evaluate("window.leasingMarker") == "no reload since"
+    assert page.locator('[data-leasing-panel="tiles"] a.leasing-tile').count() > 0  # kept
+
+    # Signed in again (another tab of the same browser): the page is live again.
+    other = page.context.new_page()
+    log_in(other, live_server, "operator")
+    other.close()
+    page.wait_for_function("window.leasingRefreshes >= 2", timeout=12_000)
+    assert stamp.inner_text().startswith("updated ")
+    assert page.evaluate("document.documentElement.dataset.leasingRefreshState") == "live"
 
 
 ITEM_ACTION = f"select[name='{ITEM_MENU}']"

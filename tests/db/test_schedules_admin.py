@@ -4,9 +4,10 @@ read-only except enabled, and the enable/disable actions."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
@@ -156,6 +157,51 @@ def test_the_list_and_the_enable_disable_actions(admin_client):
     assert not Schedule.objects.filter(enabled=True).exists()
     admin_client.post(LIST, {"action": "enable_selected", "_selected_action": [str(a)]})
     assert list(Schedule.objects.filter(enabled=True).values_list("pk", flat=True)) == [a]
+
+
+def every(name: str, seconds: int) -> int:
+    return service.save_schedule(parse_schedule(name, {"work_type": "test.noop", "every": seconds}))
+
+
+def list_row(html: str, pk: int) -> str:
+    """The list's row of schedule `pk`, from its checkbox on."""
+    start = html.index(f'name="_selected_action" value="{pk}"')
+    return html[start : html.index("</tr>", start)]
+
+
+def test_a_next_run_past_by_more_than_three_scheduler_passes_is_marked_overdue(admin_client):
+    dead = every("dead-scheduler", 5)
+    late = every("one-pass-late", 5)
+    off = every("switched-off", 5)
+    # Against the database clock, as the scheduler reads it (in the test's
+    # transaction, now() stands still: the ages are exact).
+    Schedule.objects.filter(pk=dead).update(next_run_at=Now() - timedelta(seconds=40))
+    Schedule.objects.filter(pk=late).update(next_run_at=Now() - timedelta(seconds=2))
+    Schedule.objects.filter(pk=off).update(enabled=False, next_run_at=Now() - timedelta(seconds=40))
+    html = admin_client.get(LIST).content.decode()
+    assert "overdue by 40 s" in list_row(html, dead)
+    assert 'class="leasing-bad-text leasing-overdue"' in list_row(html, dead)
+    assert "overdue" not in list_row(html, late)  # a pass may still be on its way
+    assert "overdue" not in list_row(html, off)  # disabled: no tick is owed
+    page = admin_client.get(change_url(dead)).content.decode()
+    assert "overdue by 40 s" in page
+
+
+def test_schedule_times_are_shown_to_the_second_in_the_sites_time_zone(admin_client, settings):
+    settings.TIME_ZONE = "Europe/Paris"
+    pk = every("future", 60)
+    Schedule.objects.filter(pk=pk).update(
+        next_run_at=datetime(2099, 1, 1, 12, 34, 56, tzinfo=UTC),
+        last_tick_at=datetime(2025, 1, 1, 12, 34, 7, tzinfo=UTC),
+        last_run_at=datetime(2025, 1, 1, 12, 34, 8, tzinfo=UTC),
+    )
+    row = list_row(admin_client.get(LIST).content.decode(), pk)
+    assert "2099-01-01 13:34:56" in row and "2025-01-01 13:34:08" in row
+    assert "overdue" not in row
+    page = admin_client.get(change_url(pk)).content.decode()
+    for shown in ("2099-01-01 13:34:56", "2025-01-01 13:34:07", "2025-01-01 13:34:08"):
+        assert shown in page
+    assert "overdue" not in page
 
 
 def test_deleting_admin_schedules_but_never_settings_ones(admin_client):

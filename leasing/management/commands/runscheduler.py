@@ -24,14 +24,11 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from leasing.exceptions import DatabaseUnavailable, InvalidInput
 from leasing.management.base import LeasingCommand
-from leasing.services.schedules import Fired, run_due, sync_from_settings
+from leasing.services.schedules import PASS_INTERVAL, Fired, run_due, sync_from_settings
 from leasing.sql.runner import close_connection, is_infrastructure_error, until_reachable
 from leasing.threads import SignalThread
 
 logger = logging.getLogger("leasing.schedules")
-
-# Seconds between passes: a tick is enqueued at most this late.
-PASS_INTERVAL = 1.0
 
 
 class Command(LeasingCommand):

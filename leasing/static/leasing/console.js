@@ -12,6 +12,13 @@
  * While the tab is hidden (document.visibilityState) no timer runs at all: the
  * refresh stops, and starts again with one refresh at once when the tab is
  * shown. data-leasing-refresh-state on <html> says which ("live", "paused").
+ *
+ * An answer with none of this page's panels swaps nothing and never counts as
+ * "updated". When the admin session ended, the fetch follows the redirect to
+ * the login page, which answers 200: the stamp then says the session ended and
+ * how old the figures are (state "signed-out"). The timer goes on, so signing
+ * in again in another tab makes the page live again. Any other such answer, or
+ * an HTTP error, is "refresh failed".
  */
 "use strict";
 (function () {
@@ -22,6 +29,10 @@
     }
     const stamp = document.querySelector("[data-leasing-updated]");
     let busy = false;
+    let updatedAt = new Date(); // when the figures shown were read: the page load, then each swap
+    let signedOut = false;
+
+    class SessionEnded extends Error {}
 
     function selecting() {
         return document.querySelector("tr input.action-select:checked, #action-toggle:checked");
@@ -56,29 +67,47 @@
                 throw new Error("HTTP " + response.status);
             }
             const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+            const pairs = Array.from(document.querySelectorAll("[data-leasing-panel]"), (panel) => [
+                panel,
+                doc.querySelector(`[data-leasing-panel="${CSS.escape(panel.dataset.leasingPanel)}"]`),
+            ]).filter(([, fresh]) => fresh);
+            if (!pairs.length) {
+                // A console page's GET redirects nowhere but to the login page (signed out).
+                if (response.redirected || doc.getElementById("login-form")) {
+                    throw new SessionEnded(response.url);
+                }
+                throw new Error("the answer has none of this page's panels");
+            }
             if (selecting()) {
                 return; // a row was ticked while the answer was on its way: keep the selection
             }
-            let swapped = 0;
-            document.querySelectorAll("[data-leasing-panel]").forEach((panel) => {
-                const name = panel.dataset.leasingPanel;
-                const fresh = doc.querySelector(`[data-leasing-panel="${CSS.escape(name)}"]`);
-                if (fresh) {
-                    swap(panel, fresh);
-                    swapped += 1;
-                }
-            });
+            pairs.forEach(([panel, fresh]) => swap(panel, fresh));
+            const swapped = pairs.length;
             const rows = document.querySelectorAll("tr input.action-select");
-            if (swapped && rows.length && window.Actions) {
+            if (rows.length && window.Actions) {
                 window.Actions(rows);
             }
+            updatedAt = new Date();
+            signedOut = false;
             if (stamp) {
-                stamp.textContent = "updated " + new Date().toLocaleTimeString();
+                stamp.textContent = "updated " + updatedAt.toLocaleTimeString();
                 stamp.classList.remove("leasing-bad-text");
             }
             document.dispatchEvent(new CustomEvent("leasing:refreshed", {detail: {panels: swapped}}));
         } catch (error) {
-            if (stamp) {
+            signedOut = error instanceof SessionEnded;
+            if (stamp && signedOut) {
+                // Reloading goes through the login page and back to this one.
+                const reload = document.createElement("a");
+                reload.href = window.location.href;
+                reload.textContent = "reload to sign in again";
+                stamp.replaceChildren(
+                    "session ended: these figures are from " + updatedAt.toLocaleTimeString() +
+                    " and no longer live; ",
+                    reload,
+                );
+                stamp.classList.add("leasing-bad-text");
+            } else if (stamp) {
                 stamp.textContent = "refresh failed (" + error.message + "); retrying";
                 stamp.classList.add("leasing-bad-text");
             }
@@ -96,7 +125,8 @@
     function schedule() {
         window.clearTimeout(timer);
         timer = null;
-        document.documentElement.dataset.leasingRefreshState = hidden() ? "paused" : "live";
+        const state = signedOut ? "signed-out" : "live";
+        document.documentElement.dataset.leasingRefreshState = hidden() ? "paused" : state;
         if (hidden()) {
             if (stamp) {
                 stamp.textContent = "paused while the tab is hidden";
