@@ -386,6 +386,14 @@ class LeaseManager:
 
         return self.outcome(key, rerun_if_raced(self.using, write))
 
+    def expire_earlier_leases(self) -> list[str]:
+        """Expire what this worker id's earlier process held (called once it registered);
+        returns those items' ids. See `sql.work_items.expire_earlier_leases`."""
+        d = storage_for(self.using)
+        with translate_db_errors():
+            rows = run(self.using, sql.expire_earlier_leases(d, self.worker_id))
+        return [row["work_item_id"] for row in rows]
+
     def cancel_requests(self) -> set[LeaseKey]:
         """The held leases whose items someone asked to stop (`leasing.cancel()`)."""
         d = storage_for(self.using)

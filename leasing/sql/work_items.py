@@ -293,6 +293,19 @@ def requeue_all(d: Storage, holder: str, keys: list[tuple[str, int]]) -> Stateme
     return sql, [*[why] * reasons, holder, *source_params, *source_params]
 
 
+def expire_earlier_leases(d: Storage, holder: str) -> Statement:
+    """Expire the live leases `holder` took before its process registered: a worker id's
+    earlier process held them and nothing renews them now, so the sweep recovers them at
+    its next pass (as when that process's leases run out)."""
+    sql = f"""
+        UPDATE work_items SET lease_expires_at = {d.now}
+        WHERE lease_holder = %s AND status = {IN_PROGRESS} AND lease_expires_at > {d.now}
+          AND lease_acquired_at < (SELECT w.started_at FROM workers AS w WHERE w.worker_id = %s)
+        RETURNING work_item_id
+    """
+    return sql, [holder, holder]
+
+
 # --- reads that decide a write ---------------------------------------------------------------
 
 

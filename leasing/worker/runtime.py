@@ -179,6 +179,7 @@ class WorkerRuntime:
         until_reachable(
             self._register, what="registering the worker", using=self.config.using, stop=self._stop
         )
+        self._let_earlier_leases_go()
         c = self.config
         logger.info(
             "worker %s started: concurrency %d, queues %s, work types %s",
@@ -223,6 +224,23 @@ class WorkerRuntime:
             summary.cancelled,
         )
         return summary
+
+    def _let_earlier_leases_go(self) -> None:
+        """A restart under the same worker id (say a systemd instance's) must not pass the
+        dead process's leases off as live ones of this worker: nothing renews them."""
+        try:
+            earlier = self.manager.expire_earlier_leases()
+        except (DatabaseUnavailable, DatabaseError) as exc:  # they run out on their own
+            logger.warning("could not expire the earlier process's leases: %s", one_line(exc))
+            return
+        if earlier:
+            logger.warning(
+                "worker %s: %d lease(s) of its earlier process (%s) expire now; the sweep "
+                "recovers them",
+                self.worker_id,
+                len(earlier),
+                ", ".join(earlier[:10]) + (", ..." if len(earlier) > 10 else ""),
+            )
 
     def _register(self) -> None:
         c = self.config

@@ -160,3 +160,35 @@ def test_killed_worker_loses_none_of_its_claimed_but_unstarted_batch(spawn, tmp_
     _out, err = rescuer.communicate(timeout=60)
     assert rescuer.returncode == 0, err
     assert WorkItem.objects.filter(pk__in=ids, status="completed").count() == 6
+
+
+def test_a_worker_restarted_under_its_id_lets_its_dead_predecessors_leases_expire(spawn, tmp_path):
+    """A fixed --worker-id kept across restarts (a systemd instance name): the new
+    process holds nothing, so the leases its killed predecessor took expire at once
+    (the sweep recovers them) instead of passing, in the console, for live leases of a
+    live worker that nothing renews."""
+    record = tmp_path / "runs.txt"
+    long_lease = {"LEASE_DURATION": 60, "HEARTBEAT_INTERVAL": 0.25}
+    item = enqueue("held", "test.sleep", input_data={"seconds": 3600}, max_retries=3)
+    env = {"LEASING_TEST_RECORD": str(record), **leasing_env(**long_lease)}
+    first = spawn("manage.py", "runworker", "--worker-id", "fixed", env=env)
+    wait_for(lambda: starts(record) == 1, timeout=60)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    time.sleep(1.0)  # past three of its heartbeat intervals: the id may be taken over
+    assert WorkItem.objects.get(pk=item.pk).lease_expires_at > database_now()
+
+    second = spawn("manage.py", "runworker", "--worker-id", "fixed", "--work-type", "test.noop",
+                   env=leasing_env(**long_lease))  # fmt: skip
+    try:
+        wait_for(lambda: WorkItem.objects.get(pk=item.pk).lease_expires_at <= database_now(),
+                 timeout=60)  # fmt: skip
+        stats = RecoverySweep(scan_interval_seconds=60).scan_and_recover()
+        assert stats.recovered == 1
+        recovered = WorkItem.objects.get(pk=item.pk)
+        assert (recovered.status, recovered.retry_count) == ("pending", 1)
+        assert Worker.objects.get(worker_id="fixed").status == "running"
+    finally:
+        second.send_signal(signal.SIGTERM)
+        _, err = second.communicate(timeout=30)
+    assert "1 lease(s) of its earlier process" in err, err
