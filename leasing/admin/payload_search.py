@@ -20,6 +20,7 @@ those of the unfiltered list, so nothing about a payload can be inferred.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -71,14 +72,25 @@ _NOT_TYPED = object()
 
 
 def _typed(raw: str) -> Any:
-    """The JSON scalar `raw` spells (12, 1.5, true, null), or _NOT_TYPED."""
+    """The JSON scalar `raw` spells (12, 1.5, true, null), or _NOT_TYPED.
+
+    Python's parser also reads NaN, Infinity and 1e999 (infinite), which no
+    stored JSON holds and the database refuses in a containment query: those
+    are searched as text.
+    """
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_not_json)
     except ValueError:
+        return _NOT_TYPED
+    if isinstance(value, float) and not math.isfinite(value):
         return _NOT_TYPED
     if value is None or isinstance(value, bool | int | float):
         return value
     return _NOT_TYPED
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def is_payload_param(name: str) -> bool:
