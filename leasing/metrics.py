@@ -41,7 +41,9 @@ Metrics (all prefixed `leasing_`):
 `queue_pending{queue,work_type}`       gauge    pending items per queue and work type
 `queue_in_flight{queue,work_type}`     gauge    in-progress items per queue and work type
 `queue_unserved{queue,work_type}`      gauge    1 when items are pending and no live worker
-                                                takes that work type from that queue (not
+                                                claims that work type from that queue (a
+                                                quiet or stopping one, or one past
+                                                MAX_ABANDONED_RUNS, claims nothing; not
                                                 when paused)
 `queue_paused{queue,work_type}`        gauge    1 when the queue or the work type is paused
 `run_seconds{work_type,quantile}`      gauge    run time of the last attempt of items completed
@@ -286,8 +288,9 @@ class LeasingCollector:
             ),
             "queue_unserved": gauge(
                 "queue_unserved",
-                "1 when items of this queue and work type are pending and no live worker takes "
-                "them.",
+                "1 when items of this queue and work type are pending and no live worker claims "
+                "them (quiet and stopping workers, and those past MAX_ABANDONED_RUNS, claim "
+                "nothing).",
                 QUEUE_LABELS,
             ),
             "queue_paused": gauge(

@@ -13,8 +13,11 @@ from django.db.models.functions import Now, RowNumber
 from ..conf import get_settings
 from ..models import Worker, WorkerRole, WorkerStatus, WorkItem
 from ..sql.runner import database_now
+from ..states import WorkerRequest
+from ..sweep.schedule import SCHEDULED_SWEEPER_ID
+from ..sweep.sweep import ONE_OFF
 from .durations import age, duration
-from .liveness import SILENT_AFTER, Liveness, liveness
+from .liveness import ALIVE_STATUSES, SILENT_AFTER, Liveness, liveness
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,34 @@ class ProcessInfo:
     lease_ids: tuple[str, ...] = ()
     # Seconds until each shown lease expires (negative: expired), as `lease_ids`.
     lease_expires_in: tuple[float, ...] = ()
+    stopped_at: datetime | None = None
+
+    @property
+    def not_claiming(self) -> str | None:
+        """Why this worker claims nothing now, as its row says; None while it claims.
+
+        Stopping, asked to stop or to be quiet (an operator's request is never
+        taken back, so it counts from the moment it is made, not a beat later),
+        or `quiet_since` set by its own beat: quiet, or past
+        `LEASING["MAX_ABANDONED_RUNS"]` abandoned runs (`runs_abandoned` says which).
+        """
+        if self.status == WorkerStatus.STOPPING:
+            return "stopping"
+        if self.requested_action == WorkerRequest.STOP:
+            return "stop requested"
+        if self.requested_action == WorkerRequest.QUIET:
+            return "quiet"
+        if self.quiet_since is None:
+            return None
+        # Quiet of its own accord: past its abandoned-run bound (its beat records both).
+        if self.runs_abandoned > get_settings().max_abandoned_runs:
+            return f"{self.runs_abandoned} abandoned runs, over MAX_ABANDONED_RUNS"
+        return "quiet"
+
+    @property
+    def ended_at(self) -> datetime:
+        """When a stopped process stopped (a lost one: when it was last seen)."""
+        return self.stopped_at or self.last_seen_at
 
     @property
     def leases_at_risk(self) -> bool:
@@ -109,6 +140,7 @@ def _process(row: Worker, now: datetime, **extra: Any) -> ProcessInfo:
         requested_action=row.requested_action,
         requested_by=row.requested_by,
         request_reason=row.request_reason,
+        stopped_at=row.stopped_at,
         **extra,
     )
 
@@ -125,10 +157,15 @@ class SweepHealth:
     a pass that is late shows "late" at once. Past `SILENT_AFTER` intervals
     the watchdog is dead (`dead`), as the sweeper rows say (a running
     sweeper not seen for that long is silent); never having scanned is dead too.
+
+    Only running sweeps and the rows of one-off passes (`records_passes`) are
+    judged by their last pass: a sweep process that stopped or was lost is not
+    running, however recent its last pass. When nothing else is left, the sweep
+    is dead at once and `ended` is the process that stopped (or was lost) last.
     """
 
     sweepers: tuple[ProcessInfo, ...]
-    last_scan_at: datetime | None
+    last_scan_at: datetime | None  # of any sweeper, stopped ones included
     seconds_since_last_scan: float | None
     interval_seconds: float
     threshold_seconds: float  # dead past this
@@ -137,6 +174,7 @@ class SweepHealth:
     # Expired leases the newest pass could not recover (each failed on its own).
     unrecovered: tuple[str, ...] = ()
     dead: bool = False
+    ended: ProcessInfo | None = None  # set when every sweep process stopped or was lost
 
     @property
     def level(self) -> str:
@@ -145,6 +183,24 @@ class SweepHealth:
 
 # "Recovery sweep OK" while its last pass is within this many of its intervals.
 OK_INTERVALS = 1.5
+# The id the `recoverysweep --once` passes of a host share ends so
+# (`leasing.management.commands.recoverysweep.once_worker_id`).
+ONCE_SUFFIX = ":once"
+
+
+def records_passes(sweeper: ProcessInfo) -> bool:
+    """Whether the row records one-off passes rather than a sweep process.
+
+    One-off passes (`scan_and_recover()` without `start()`: the `--once`
+    passes of a host, django-q2's scheduled passes, your own scheduler's)
+    leave their row `stopped` between passes by design: its status says
+    nothing of whether the next pass will come, only the time since the last
+    one does. Each pass says so in its stats; the ids cover rows of passes
+    recorded before it did.
+    """
+    if (sweeper.last_scan_stats or {}).get(ONE_OFF):
+        return True
+    return sweeper.worker_id.endswith(ONCE_SUFFIX) or sweeper.worker_id == SCHEDULED_SWEEPER_ID
 
 
 def sweep_health(*, now: datetime | None = None, using: str = "default") -> SweepHealth:
@@ -155,17 +211,41 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
         .order_by(F("last_scan_at").desc(nulls_last=True), "-last_seen_at")[:20]
     )
     sweepers = sorted((_process(r, now) for r in rows), key=lambda s: not s.liveness.silent)
-    scanned = [(s.last_scan_at, s) for s in sweepers if s.last_scan_at is not None]
-    freshest = max(scanned, key=lambda pair: pair[0])[1] if scanned else None
+    # A sweep process that stopped or was lost makes no more passes, whatever its last one.
+    judged = [s for s in sweepers if s.status in ALIVE_STATUSES or records_passes(s)]
+    freshest = _freshest(judged)
+    newest = _freshest(sweepers)  # also of stopped processes: the metric's "last scan"
+    ended: ProcessInfo | None = None
     if freshest is None:
-        interval = get_settings().sweep_interval
+        interval = (
+            get_settings().sweep_interval if newest is None else newest.liveness.interval_seconds
+        )
         since = None
     else:
         interval = freshest.liveness.interval_seconds
         since = freshest.seconds_since_scan
     threshold = SILENT_AFTER * interval
     dead = since is None or since > threshold
-    if since is None:
+    if since is None and sweepers and not judged:
+        ok = False
+        ended = max(sweepers, key=lambda s: s.ended_at)
+        how = "was lost" if ended.status == WorkerStatus.LOST else "stopped"
+        last_pass = None if newest is None else newest.seconds_since_scan
+        last = "" if last_pass is None else f", the last pass {duration(last_pass)} ago"
+        message = (
+            f"No recovery sweep is running: every sweep process stopped or was lost (the last, "
+            f"{ended.worker_id}, {how} {duration(age(now, ended.ended_at) or 0.0)} ago{last}); "
+            "expired leases are not being recovered. Start `manage.py recoverysweep` "
+            "(or schedule it)."
+        )
+    elif since is None and newest is not None:
+        ok = False
+        message = (
+            "The running recovery sweep has recorded no pass yet (the last pass, "
+            f"{duration(newest.seconds_since_scan or 0.0)} ago, was by a sweep that has stopped): "
+            "expired leases are not being recovered until it makes one."
+        )
+    elif since is None:
         ok = False
         message = (
             "No recovery sweep has ever run: expired leases are not being recovered. "
@@ -186,19 +266,27 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
     else:
         ok = True
         message = f"Last sweep {duration(since)} ago (it runs every {duration(interval)})."
-    stats = (freshest.last_scan_stats if freshest is not None else None) or {}
+    # What the last pass left behind stays true after its process stopped.
+    stats = (newest.last_scan_stats if newest is not None else None) or {}
     unrecovered = stats.get("unrecovered") or ()
     return SweepHealth(
         sweepers=tuple(sweepers),
-        last_scan_at=None if freshest is None else freshest.last_scan_at,
-        seconds_since_last_scan=since,
+        last_scan_at=None if newest is None else newest.last_scan_at,
+        seconds_since_last_scan=None if newest is None else newest.seconds_since_scan,
         interval_seconds=interval,
         threshold_seconds=threshold,
         ok=ok,
         message=message,
         unrecovered=tuple(str(i) for i in unrecovered if isinstance(i, str))[:20],
         dead=dead,
+        ended=ended,
     )
+
+
+def _freshest(sweepers: list[ProcessInfo]) -> ProcessInfo | None:
+    """The sweeper with the newest pass; None if none has passed."""
+    scanned = [(s.last_scan_at, s) for s in sweepers if s.last_scan_at is not None]
+    return max(scanned, key=lambda pair: pair[0])[1] if scanned else None
 
 
 # --- workers and the leases they hold ----------------------------------------------------------

@@ -2,8 +2,9 @@
 
 One row per (queue, work type) pair with pending or in-flight items or items
 finished in the window. A row is *unserved* when it has pending items and no
-live worker (running, not silent) takes its work type from its queue: that
-work waits forever until someone starts a worker for it.
+worker serves it: running, not silent, claiming (not quiet, not stopping, not
+past its abandoned-run bound: `ProcessInfo.not_claiming`) and taking its work
+type from its queue. That work waits until someone starts a worker for it.
 
 Queries: pending rows through the claim and blocked indexes
 (`backlog.pending_pairs`), in-flight rows through the `in_progress` partial
@@ -54,8 +55,11 @@ class QueueRow:
     retrying: int = 0  # pending again after failed attempts, last failed in the window
     p50_seconds: float | None = None
     p95_seconds: float | None = None
-    live_workers: int = 0
+    live_workers: int = 0  # the workers serving the pair: alive and claiming
     worker_ids: tuple[str, ...] = ()
+    # Live workers that take the pair but claim nothing now, with why ("quiet", "stopping").
+    not_claiming: int = 0
+    not_claiming_ids: tuple[tuple[str, str], ...] = ()
     # The claim gates: pauses and LEASING concurrency limits (None: no limit).
     queue_paused: bool = False
     type_paused: bool = False
@@ -88,11 +92,20 @@ class QueueRow:
         return self.queue_paused or self.type_paused
 
 
-def serves(process: ProcessInfo, queue_name: str, work_type: str) -> bool:
-    """Whether a live worker would claim items of this pair (no queues: every queue)."""
+def takes(process: ProcessInfo, queue_name: str, work_type: str) -> bool:
+    """Whether a live worker handles this pair (no queues: every queue), claiming or not."""
     if not process.liveness.alive:
         return False
     return work_type in process.work_types and (not process.queues or queue_name in process.queues)
+
+
+def serves(process: ProcessInfo, queue_name: str, work_type: str) -> bool:
+    """Whether a live worker would claim items of this pair now.
+
+    A quiet or stopping worker, or one past its abandoned-run bound, still
+    beats and finishes what it runs, but claims nothing: it serves no pair.
+    """
+    return takes(process, queue_name, work_type) and process.not_claiming is None
 
 
 def queue_table(
@@ -140,13 +153,21 @@ def queue_table(
     gates = _gates(parts.values(), active_pauses(using=using) if pauses is None else pauses)
     built = []
     for (queue_name, work_type), values in parts.items():
-        serving = tuple(w.worker_id for w in live if serves(w, queue_name, work_type))
+        serving: list[str] = []
+        idle: list[tuple[str, str]] = []  # take the pair, claim nothing (see `serves`)
+        for w in live:
+            if serves(w, queue_name, work_type):
+                serving.append(w.worker_id)
+            elif takes(w, queue_name, work_type):
+                idle.append((w.worker_id, w.not_claiming or "not claiming"))
         built.append(
             QueueRow(
                 **values,
                 **gates(queue_name, work_type),
                 live_workers=len(serving),
-                worker_ids=serving[:5],
+                worker_ids=tuple(serving[:5]),
+                not_claiming=len(idle),
+                not_claiming_ids=tuple(idle[:5]),
             )
         )
     built.sort(key=lambda r: (not r.unserved, -r.pending, -r.in_flight, r.queue_name, r.work_type))

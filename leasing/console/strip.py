@@ -1,7 +1,8 @@
 """The status strip above the dashboard's tiles: what needs an operator, in one line.
 
 Every entry states a fact at its true level: the sweep's health (OK only
-within 1.5 of its intervals), leases at risk, work no live worker serves,
+within 1.5 of its intervals, not running once every sweep process stopped),
+leases at risk, work no live worker serves (claims),
 each active pause with the items it holds, items retrying, and the replica's
 lag when the console reads one. Nothing is left out because it is fine: an
 entry says "OK" rather than disappear, so the strip reads the same each time.
@@ -10,8 +11,11 @@ entry says "OK" rather than disappear, so the strip reads the same each time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
-from ..states import PauseKind
+from django.utils import dateformat, timezone
+
+from ..states import PauseKind, WorkerStatus
 from .dashboard import Dashboard
 
 # Replication lag past this many seconds is a problem (the figures are that old).
@@ -33,6 +37,10 @@ def status_strip(data: Dashboard, changelist: str, pauses_url: str) -> list[Stri
         "warn": "Recovery sweep late",
         "bad": "Recovery sweep not running",
     }[sweep.level]
+    if sweep.ended is not None:
+        # Every sweep process stopped or was lost: no pass is coming, whatever the last one.
+        how = "lost" if sweep.ended.status == WorkerStatus.LOST else "stopped"
+        sweep_text = f"Recovery sweep not running ({how} at {_clock(sweep.ended.ended_at)})"
     entries = [StripEntry("sweep", sweep_text, sweep.level, "#leasing-sweepers")]
     at_risk = data.lease_health.at_risk
     entries.append(
@@ -90,3 +98,10 @@ def status_strip(data: Dashboard, changelist: str, pauses_url: str) -> list[Stri
             text, level = f"Replica {lag.alias} lag {lag.text}", "bad" if bad else "ok"
         entries.append(StripEntry("replica", text, level))
     return entries
+
+
+def _clock(moment: datetime) -> str:
+    """`moment` in the site's time zone, as the sweepers table shows it."""
+    if timezone.is_aware(moment):
+        moment = timezone.localtime(moment)
+    return dateformat.format(moment, "Y-m-d H:i:s")

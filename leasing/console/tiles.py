@@ -33,9 +33,9 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
         Tile(
             "Unserved work",
             f"{len(unserved):,}",
-            "queue and work type pairs with pending items and no live worker to take them"
+            "queue and work type pairs with pending items and no live worker claiming them"
             if unserved
-            else "every pending work type has a live worker",
+            else "every pending work type has a live worker claiming it",
             "bad" if unserved else "ok",
             "#leasing-queues",
         ),

@@ -37,6 +37,10 @@ from ..sql.runner import close_connection, database_now, is_lock_conflict, trans
 from ..states import WorkerRole, WorkerStatus
 from .stats import COUNTED, RecoveryStats, describe
 
+# The key of a recorded pass's stats that says it ran on its own (`scan_and_recover()`
+# without `start()`), so its row is left stopped between passes.
+ONE_OFF = "one_off"
+
 logger = logging.getLogger("leasing.sweep")
 
 # SQLite binds at most 32766 parameters; a checkpoint row binds five.
@@ -306,7 +310,9 @@ class RecoverySweep:
                     self._register()
                 recorded = processes.record_scan(
                     self.worker_id,
-                    stats.as_dict(),
+                    # A pass without a sweep process behind it (cron, django-q2, your own
+                    # scheduler): the console judges its row by the time since the pass.
+                    {**stats.as_dict(), ONE_OFF: not running},
                     recovered=stats.recovered,
                     failed=stats.failed,
                     using=self.using,

@@ -1,14 +1,24 @@
 """The console never looks healthier than it is (issue 42): lease health from the
-holder's liveness, the sweep's health, the status strip, the workers panel at scale."""
+holder's liveness, the sweep's health, the status strip, the workers panel at scale,
+and which workers serve a queue (quiet, stopping and over-bound ones claim nothing)."""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
+from django.template.defaultfilters import date
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
 
+from leasing import RecoverySweep, enqueue
 from leasing.models import Worker
+from leasing.services import processes
+from leasing.sql.processes import RunReport
+from leasing.sweep.schedule import run_sweep_pass
 from tests.support.admin import claim, dashboard_url, lease_scenario, register_holders, shift
 from tests.support.helpers import database_now
 
@@ -197,3 +207,154 @@ def test_the_lists_heartbeat_column_uses_the_same_per_type_threshold(viewer_clie
         registry.unregister("send_invoice")
     assert scenario.healthy.work_item_id in html  # 20 s without a beat: stale for a 5 s type
     assert re.search(r'title="No heartbeat for more than 15 s">2\d s ago \(stale\)', html)
+
+
+# --- who serves a queue: quiet, stopping and over-bound workers claim nothing -------------------
+
+
+def queue_cell(html: str, work_type: str) -> str:
+    """The live-workers cell of the queue table's row of `work_type`."""
+    row = html.split(f'data-work-type="{work_type}"')[1].split("</tr>")[0]
+    return re.sub(r"<[^>]+>", " ", re.findall(r"<td>(.*?)</td>", row, flags=re.S)[-1])
+
+
+def unserved_gauge(queue: str, work_type: str) -> float:
+    """`leasing_queue_unserved` of the pair, as /metrics says it."""
+    body = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t0ken").content.decode()
+    [value] = [
+        s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name == "leasing_queue_unserved"
+        and s.labels == {"queue": queue, "work_type": work_type}
+    ]
+    return value
+
+
+def unserved_figures(viewer_client) -> tuple[tuple[str, str], str, str, float]:
+    """The strip's entry, the tile's value, the row's cell and the gauge of billing/send_invoice."""
+    html = viewer_client.get(dashboard_url()).content.decode()
+    tile_html = html.split('<span class="leasing-tile-label">Unserved work')[1]
+    value = re.search(r'leasing-tile-value">(\d+)<', tile_html).group(1)
+    cell = queue_cell(html, "send_invoice")
+    return strip_entries(html)["unserved"], value, cell, unserved_gauge("billing", "send_invoice")
+
+
+def enqueue_invoice() -> None:
+    enqueue("invoice-1", "send_invoice", queue_name="billing")
+
+
+SERVED = ("ok", "Every pending work type is served")
+UNSERVED = ("bad", "Unserved work: 1 queue and work type pair")
+
+
+def test_a_worker_asked_to_be_quiet_serves_nothing_though_it_still_beats(
+    viewer_client, leasing_settings
+):
+    leasing_settings(METRICS_TOKEN="t0ken")
+    enqueue_invoice()
+    processes.register("w-1", heartbeat_interval=30, work_types=["send_invoice"])
+    strip, value, cell, gauge = unserved_figures(viewer_client)
+    assert (strip, value, gauge) == (SERVED, "0", 0) and "w-1" in cell
+
+    # The documented API (the console's Quiet action calls it): it stops claiming at its
+    # next beat, and a request is never taken back, so it counts from now.
+    assert processes.request("w-1", "quiet", by="ops", reason="drain host")
+    strip, value, cell, gauge = unserved_figures(viewer_client)
+    assert (strip, value, gauge) == (UNSERVED, "1", 1)
+    assert "none: no live worker serves it" in cell and "w-1 (quiet): claims nothing" in cell
+    processes.beat("w-1", runs=RunReport(quiet=True))  # honoured: its row says quiet
+    assert unserved_figures(viewer_client)[:2] == (UNSERVED, "1")
+
+    # Another worker that claims serves the pair; the quiet one is still listed, as quiet.
+    processes.register("w-2", heartbeat_interval=30, work_types=["send_invoice"])
+    strip, value, cell, gauge = unserved_figures(viewer_client)
+    assert (strip, value, gauge) == (SERVED, "0", 0)
+    assert cell.split()[:2] == ["1", "w-2"] and "w-1 (quiet): claims nothing" in cell
+
+
+def test_a_stopping_worker_serves_nothing(viewer_client, leasing_settings):
+    leasing_settings(METRICS_TOKEN="t0ken")
+    enqueue_invoice()
+    processes.register("w-1", heartbeat_interval=30, work_types=["send_invoice"])
+    processes.set_status("w-1", "stopping")  # what its SIGTERM does: it finishes, claims nothing
+    strip, value, cell, gauge = unserved_figures(viewer_client)
+    assert (strip, value, gauge) == (UNSERVED, "1", 1)
+    assert "w-1 (stopping): claims nothing" in cell
+
+
+def test_a_worker_past_its_abandoned_run_bound_serves_nothing(viewer_client, leasing_settings):
+    leasing_settings(METRICS_TOKEN="t0ken", MAX_ABANDONED_RUNS=4)
+    enqueue_invoice()
+    processes.register("w-1", heartbeat_interval=30, work_types=["send_invoice"])
+    # Abandoned runs under the bound: the worker still claims.
+    processes.beat("w-1", runs=RunReport(abandoned=2, newly_abandoned=2))
+    assert unserved_figures(viewer_client)[0] == SERVED
+    # Over it, the worker's beat says it claims nothing until it restarts.
+    processes.beat("w-1", runs=RunReport(abandoned=5, newly_abandoned=3, quiet=True))
+    strip, value, cell, gauge = unserved_figures(viewer_client)
+    assert (strip, value, gauge) == (UNSERVED, "1", 1)
+    assert "w-1 (5 abandoned runs, over MAX_ABANDONED_RUNS): claims nothing" in cell
+
+
+# --- the sweep: a stopped process is not running; cron and django-q2 passes go by time ----------
+
+
+def sweep_process(worker_id: str) -> None:
+    """A looping sweep's row after one pass, as `recoverysweep` leaves it (every 60 s)."""
+    processes.register(worker_id, "sweeper", heartbeat_interval=60)
+    processes.record_scan(worker_id, {"errors": 0}, recovered=0, failed=0)
+
+
+def test_a_sweep_whose_processes_all_stopped_is_not_running_however_recent_its_pass(
+    viewer_client,
+):
+    sweep_process("sweeper@h:1:aa")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert strip_entries(html)["sweep"] == ("ok", "Recovery sweep OK")
+
+    processes.set_status("sweeper@h:1:aa", "stopped")  # SIGTERM: it exits cleanly
+    html = viewer_client.get(dashboard_url()).content.decode()
+    stopped_at = Worker.objects.get(pk="sweeper@h:1:aa").stopped_at
+    at = date(stopped_at, "Y-m-d H:i:s")
+    assert strip_entries(html)["sweep"] == ("bad", f"Recovery sweep not running (stopped at {at})")
+    assert 'data-sweep="dead"' in html and "No recovery sweep is running" in html
+
+    # Another one, lost later: the strip names the last to go.
+    sweep_process("sweeper@h:2:bb")
+    Worker.objects.filter(pk="sweeper@h:2:bb").update(status="lost")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    lost = date(Worker.objects.get(pk="sweeper@h:2:bb").last_seen_at, "Y-m-d H:i:s")
+    assert strip_entries(html)["sweep"] == ("bad", f"Recovery sweep not running (lost at {lost})")
+
+
+@pytest.mark.parametrize("form", ["cron", "django-q", "own scheduler"])
+def test_passes_of_cron_and_django_q_stay_judged_by_time_though_their_row_is_stopped(
+    viewer_client, leasing_settings, form
+):
+    leasing_settings(SWEEP_INTERVAL=60)
+    sweep_process("sweeper@h:1:aa")
+    Worker.objects.filter(pk="sweeper@h:1:aa").update(status="stopped")
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert strip_entries(html)["sweep"][0] == "bad"  # a stopped process makes no more passes
+
+    if form == "cron":
+        call_command("recoverysweep", "--once", stdout=StringIO(), stderr=StringIO())
+    elif form == "django-q":
+        run_sweep_pass(interval=60.0)
+    else:  # a one-off pass under an id of the caller's choosing
+        RecoverySweep(worker_id="nightly-sweep", scan_interval_seconds=60).scan_and_recover()
+    [passes] = Worker.objects.sweepers().exclude(pk="sweeper@h:1:aa")
+    assert passes.status == "stopped"  # between passes, by design
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert strip_entries(html)["sweep"] == ("ok", "Recovery sweep OK")
+    for seconds, entry in (
+        (100, ("warn", "Recovery sweep late")),
+        (200, ("bad", "Recovery sweep not running")),
+    ):
+        Worker.objects.filter(pk=passes.pk).update(
+            last_scan_at=database_now() - timedelta(seconds=seconds)
+        )
+        html = viewer_client.get(dashboard_url()).content.decode()
+        assert strip_entries(html)["sweep"] == entry
+    assert re.search(r"No recovery sweep for 3 min 2\d s", html)  # by its time, not its status
