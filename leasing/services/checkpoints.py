@@ -58,6 +58,14 @@ def _item_id(work_item: WorkItem | str | None) -> str | None:
     return validation.non_empty_text("work_item", work_item)
 
 
+# The engine's own records (an attempt's `error_boundary`, an operator's
+# `state_transition`) are bounded by how they are built (the error and the
+# traceback are cut), not by MAX_PAYLOAD_BYTES, which bounds what users store:
+# a small setting must never keep a worker from recording a failure (it handed
+# the item back and claimed it again, round after round, with no attempt counted).
+RECORD_LIMIT = 1 << 20
+
+
 @tracing.traced_checkpoint
 def create_checkpoint(
     task_id: str,
@@ -75,12 +83,41 @@ def create_checkpoint(
     checkpoint is attached to the leased item; `LeaseLostError` means the lease
     is gone and nothing was written.
     """
+    return _append(task_id, checkpoint_type, snapshot, work_item, metadata, lease, using, None)
+
+
+@tracing.traced_checkpoint
+def record_checkpoint(
+    task_id: str,
+    checkpoint_type: str,
+    snapshot: Any,
+    work_item: str | None,
+    metadata: dict[str, Any] | None = None,
+    *,
+    using: str = "default",
+) -> Checkpoint:
+    """The engine's own record of what happened to an item (see `RECORD_LIMIT`)."""
+    return _append(
+        task_id, checkpoint_type, snapshot, work_item, metadata, None, using, RECORD_LIMIT
+    )
+
+
+def _append(
+    task_id: str,
+    checkpoint_type: str,
+    snapshot: Any,
+    work_item: WorkItem | str | None,
+    metadata: dict[str, Any] | None,
+    lease: Lease | None,
+    using: str,
+    limit: int | None,
+) -> Checkpoint:
     using = validation.database_alias(using)
     task_id = validation.non_empty_text("task_id", task_id)
     checkpoint_type = CheckpointType.validate(checkpoint_type)
     if snapshot is None:
         raise InvalidInput("snapshot is required; use {} for an empty snapshot.")
-    snapshot_json = validation.payload("snapshot", snapshot, required=True)
+    snapshot_json = validation.payload("snapshot", snapshot, required=True, limit=limit)
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidInput(f"metadata must be a dict or None, got {type(metadata).__name__}.")
     metadata_json = validation.payload("metadata", metadata)

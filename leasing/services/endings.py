@@ -26,7 +26,7 @@ from django.db import transaction
 from ..exceptions import UnstorableOutput
 from ..sql.snapshots import MAX_TRACEBACK_CHARS, clean_text, error_boundary
 from ..states import CheckpointType, WorkItemStatus
-from .checkpoints import create_checkpoint
+from .checkpoints import record_checkpoint
 from .held import Lease, ReleaseOutcome
 from .terms import error_text
 
@@ -83,7 +83,7 @@ def _record(
         work_type=lease.work_type,
         elapsed_ms=None if elapsed_ms is None else round(elapsed_ms, 1),
     )
-    create_checkpoint(
+    record_checkpoint(
         lease.task_id,
         CheckpointType.ERROR_BOUNDARY,
         snapshot,

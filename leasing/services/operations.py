@@ -32,7 +32,7 @@ from ..sql.runner import (
 )
 from ..states import CheckpointType, DependencyFailure, WorkItemStatus
 from ..storage import storage_for
-from .checkpoints import create_checkpoint
+from .checkpoints import record_checkpoint
 from .dependencies import failed_dependencies, settle
 
 logger = logging.getLogger("leasing.operations")
@@ -258,7 +258,7 @@ def _apply(
         ended = (WorkItemStatus.FAILED, WorkItemStatus.CANCELLED)
         if row["has_dependents"] and row["status"] in ended:
             dependents_failed = settle(using, failed=[work_item_id])
-        create_checkpoint(
+        record_checkpoint(
             before["task_id"],
             CheckpointType.STATE_TRANSITION,
             {

@@ -152,3 +152,24 @@ def test_json_nested_within_the_limit_is_accepted(make_items):
         nested = [nested]
     item = enqueue("t", "test.echo", {"nested": nested})
     assert WorkItem.objects.get(pk=item.pk).input_data == {"nested": nested}
+
+
+def test_a_small_max_payload_bytes_never_keeps_a_worker_from_recording_a_failure(
+    leasing_settings,
+):
+    """The worker's own record of a failure (its error and traceback) outgrew a small
+    MAX_PAYLOAD_BYTES: the worker handed the item back without an attempt, claimed it
+    again, and looped, blocking what waited behind it. Its own records are bounded by
+    how they are built, not by that setting, which bounds what users store."""
+    leasing_settings(MAX_PAYLOAD_BYTES=300, RETRY_BACKOFF_BASE=0.01)
+    failing = enqueue("failing", "test.always_fail", max_retries=1)
+    good = enqueue("good", "test.echo")
+    summary = WorkerRuntime(WorkerOptions(concurrency=1, burst=True, poll_interval=0.05)).run()
+    assert summary.reason == "burst-done"
+    assert (summary.claimed, summary.retried, summary.failed) == (3, 1, 1)
+    row = WorkItem.objects.get(pk=failing.pk)
+    assert (row.status, row.retry_count) == ("failed", 1)
+    boundaries = Checkpoint.objects.filter(task_id="failing", checkpoint_type="error_boundary")
+    assert boundaries.count() == 2
+    assert all(len(str(b.snapshot_data)) > 300 for b in boundaries)
+    assert WorkItem.objects.get(pk=good.pk).status == "completed"
