@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
 from django.db import connections
@@ -220,4 +220,12 @@ def aware_datetime(name: str, value: Any) -> datetime | None:
         raise InvalidInput(f"{name} must be a datetime or None, got {value!r}.")
     if timezone.is_naive(value):
         raise InvalidInput(f"{name} must be timezone-aware, got naive {value.isoformat()}.")
-    return value
+    try:
+        # Stored in UTC: 9999-12-31 23:00-05:00 is in year 10000 there, which PostgreSQL
+        # stores but no reader (Python's datetime) can read back.
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(
+            f"{name} {value.isoformat()} is out of range: in UTC it falls outside the years "
+            "1 to 9999."
+        ) from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import connection, transaction
@@ -88,6 +88,18 @@ def _cycle() -> dict:
         ({"max_retries": True}, InvalidInput, "max_retries must be an integer"),
         ({"run_after": "tomorrow"}, InvalidInput, "run_after must be a datetime"),
         ({"run_after": datetime(2030, 1, 1)}, InvalidInput, "timezone-aware"),
+        # In UTC, beyond what a datetime holds: PostgreSQL stored it, and the admin's list
+        # could no longer read the row (a 500 on every page that showed it).
+        (
+            {"run_after": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))},
+            InvalidInput,
+            "out of range",
+        ),
+        (
+            {"run_after": datetime.min.replace(tzinfo=timezone(timedelta(hours=14)))},
+            InvalidInput,
+            "out of range",
+        ),
         ({"queue_name": ""}, InvalidInput, "queue_name"),
     ],
 )
