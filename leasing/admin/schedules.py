@@ -81,7 +81,9 @@ class PayloadField(forms.JSONField):
     A bound form shows the text as typed. Django's field would parse it and
     encode it again, which fails for a lone surrogate (written `\\ud800` in the
     JSON, the page then cannot be encoded) and for JSON nested deeper than the
-    interpreter's stack (RecursionError), as parsing it does.
+    interpreter's stack (RecursionError), as parsing it does. Django's field
+    turns only a syntax error into a form error: an integer longer than Python
+    converts (4,300 digits) raises a plain ValueError.
     """
 
     def to_python(self, value: Any) -> Any:
@@ -91,6 +93,10 @@ class PayloadField(forms.JSONField):
             raise forms.ValidationError(
                 f"payload is nested more than {validation.MAX_JSON_DEPTH} levels deep.",
                 code="invalid",
+            ) from None
+        except ValueError as exc:
+            raise forms.ValidationError(
+                f"payload is not valid JSON: {exc}".split("; use")[0], code="invalid"
             ) from None
 
     def bound_data(self, data: Any, initial: Any) -> Any:

@@ -88,6 +88,8 @@ BAD_PAYLOADS = [
     pytest.param(
         '{"to": ' + "[" * 150 + "]" * 150 + "}", "nested more than 100 levels", id="150-deep"
     ),
+    # Python's parser refuses an integer this long with a ValueError, not a syntax error.
+    pytest.param('{"a": ' + "9" * 5000 + "}", "not valid JSON", id="5000-digit-int"),
     # Fits alone, not with the `_schedule` entry every tick's item gets: every tick
     # would be refused by the enqueue.
     pytest.param('{"to": "' + "x" * (MIB - 20) + '"}', "over the limit", id="too-large-with-tick"),
