@@ -154,6 +154,23 @@ def test_the_command_cancels_and_says_what_became_of_each(monkeypatch):
         call_command("cancel", pending.pk, stdout=StringIO())
 
 
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [("x" * 256, "at most 255"), ("bad-\udcff-bytes", "'bad-\\udcff-bytes'")],
+    ids=["too-long", "undecodable-argv"],
+)
+def test_the_command_reports_a_bad_id_and_still_cancels_the_others(bad, said):
+    """A bad id in the middle is refused with its reason; it used to stop the command
+    there, with the ids before it cancelled and those after it never tried."""
+    first, last = enqueue("a", "noop"), enqueue("b", "noop")
+    err = StringIO()
+    with pytest.raises(CommandError, match="1 of 3 item"):
+        call_command("cancel", first.pk, bad, last.pk, "--reason", "cleanup",
+                     stdout=StringIO(), stderr=err)  # fmt: skip
+    assert row(first.pk)["status"] == row(last.pk)["status"] == "cancelled"
+    assert said in err.getvalue()
+
+
 def test_the_admin_cancels_with_a_reason_and_the_list_filters_cancelled(operator_client):
     from tests.support.admin import changelist_url, confirm, messages_of, start_action
 

@@ -56,8 +56,10 @@ class Command(LeasingCommand):
                 self.stderr.write(f"{item_id}: no such work item")
                 refused += 1
                 continue
-            except InvalidInput as exc:
-                raise CommandError(str(exc)) from exc
+            except InvalidInput as exc:  # this id (or the reason): the other ids still go
+                self.stderr.write(f"{_shown(item_id)}: {exc}")
+                refused += 1
+                continue
             if result.applied:
                 what = (
                     "cancelled"
@@ -70,3 +72,12 @@ class Command(LeasingCommand):
                 refused += 1
         if refused:
             raise CommandError(f"{refused} of {len(options['ids'])} item(s) not cancelled.")
+
+
+def _shown(text: str) -> str:
+    """An argument as the terminal can print it (argv may carry undecodable bytes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return ascii(text)
+    return text
