@@ -329,6 +329,11 @@ class WorkerRuntime:
             self.config.poll_interval, self.config.filters, using=self.config.using
         ):
             return "burst-done"
+        rate_wait = self.dispatcher.manager.rate_wait
+        if self.config.burst and rate_wait is not None and rate_wait > self.config.poll_interval:
+            # What is due waits behind a rate limit for longer than a poll (a bucket of
+            # one a day, say): a burst takes what it can now, it does not wait for that.
+            return "burst-done"
         return None
 
     # --- waiting -----------------------------------------------------------------------

@@ -82,7 +82,9 @@ class Command(LeasingCommand):
         parser.add_argument(
             "--burst",
             action="store_true",
-            help="Exit when nothing is claimable and all is done: a batch job, or cron.",
+            help="Exit when nothing is claimable and all is done: a batch job, or cron. Work "
+            "due within a poll (a retry's short backoff) is waited for; work behind a rate "
+            "limit that opens later is left for the next run.",
         )
         parser.add_argument(
             "--max-items",
