@@ -32,7 +32,8 @@ KINDS = (QUEUE, WORK_TYPE, KEY)
 ANY_KEY = "key:*"
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_TEXT = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*([smhd])\s*$")
+# ASCII digits only, and a period multiple with at least one digit ("5/.s" is not a rate).
+_TEXT = re.compile(r"^\s*(\d+)\s*/\s*(\d+\.?\d*|\.\d+)?\s*([smhd])\s*$", re.ASCII)
 # A period of at most a year, at least a millisecond; limits fit an int column.
 MAX_PERIOD = 366 * 86400.0
 MIN_PERIOD = 0.001
@@ -77,19 +78,23 @@ def parse_rate_limit(name: str, value: Any) -> RateLimit:
                 f"{name} must look like '50/s', '600/m', '1000/h' or '5/10s', got {value!r}."
             )
         count, multiple, unit = match.groups()
+        # Too many digits is out of range anyway, and past int()'s digit limit
+        # a bare ValueError would escape.
+        digits = count.lstrip("0") or "0"
+        limit = int(digits) if len(digits) <= len(str(MAX_LIMIT)) else MAX_LIMIT + 1
         period = (float(multiple) if multiple else 1.0) * _UNITS[unit]
-        return _checked(name, int(count), period, None)
+        return _checked(name, limit, period, None)
     if isinstance(value, dict):
         unknown = set(value) - {"limit", "per", "burst"}
         if unknown or "limit" not in value:
             raise InvalidInput(
                 f"{name} must be a dict with 'limit', and optionally 'per' (seconds, default 1) "
-                f"and 'burst', got {value!r}."
+                f"and 'burst', got {_shown(value)}."
             )
         return _checked(name, value["limit"], value.get("per", 1.0), value.get("burst"))
     raise InvalidInput(
         f"{name} must be a rate like '50/s' or a dict {{'limit': 50, 'per': 1, 'burst': 55}}, "
-        f"got {value!r}."
+        f"got {_shown(value)}."
     )
 
 
@@ -99,7 +104,7 @@ def _checked(name: str, limit: Any, period: Any, burst: Any) -> RateLimit:
     if (
         isinstance(period, bool)
         or not isinstance(period, int | float)
-        or not math.isfinite(period)
+        # Also refuses NaN and infinities (math.isfinite() would overflow on a huge int).
         or not MIN_PERIOD <= period <= MAX_PERIOD
     ):
         raise InvalidInput(
@@ -109,9 +114,20 @@ def _checked(name: str, limit: Any, period: Any, burst: Any) -> RateLimit:
         burst = default_burst(limit)
     if isinstance(burst, bool) or not isinstance(burst, int) or not limit <= burst <= 2 * MAX_LIMIT:
         raise InvalidInput(
-            f"{name}: the burst must be an integer at least the limit ({limit}), got {burst!r}."
+            f"{name}: the burst must be an integer from the limit ({limit}) to {2 * MAX_LIMIT}, "
+            f"got {_shown(burst)}."
         )
     return RateLimit(limit, float(period), burst)
+
+
+def _shown(value: Any) -> str:
+    """`repr(value)` for an error message: repr() of an int of more than 4,300 digits
+    (even inside a dict) raises ValueError, and of a very deep one RecursionError,
+    which would replace the clear error."""
+    try:
+        return repr(value)
+    except (ValueError, RecursionError):
+        return f"a value too large to show ({type(value).__name__})"
 
 
 def bucket_name(kind: str, name: str) -> str:

@@ -28,7 +28,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
-from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
@@ -39,6 +39,7 @@ from .handlers import registry
 from .ids import new_ulid
 from .services.enqueue import enqueue
 from .states import CheckpointType, WorkItemStatus
+from .validation import MAX_JSON_DEPTH
 
 if TYPE_CHECKING:
     from .models import Checkpoint, WorkItem
@@ -104,14 +105,28 @@ class LeasingBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self.using: str = self.options.get("DATABASE", "default")
+        # Bad OPTIONS are not raised here: Django's task checks build every backend,
+        # so raising would turn leasing.E013 into a traceback. check() reports them,
+        # enqueue() and get_result() refuse with the same message.
+        self.option_problems: list[str] = []
+        using = self.options.get("DATABASE", "default")
+        if not isinstance(using, str) or using not in settings.DATABASES:
+            known = ", ".join(repr(name) for name in settings.DATABASES) or "none"
+            self.option_problems.append(
+                f"TASKS[{alias!r}]['OPTIONS']['DATABASE'] is {using!r}, which is not a database "
+                f"alias of DATABASES (aliases: {known}): every enqueue and get_result() would fail."
+            )
+            using = "default"
+        self.using: str = using
         max_retries = self.options.get("MAX_RETRIES")
         if max_retries is not None and (
             isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
         ):
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['OPTIONS']['MAX_RETRIES'] must be a whole number >= 0."
+            self.option_problems.append(
+                f"TASKS[{alias!r}]['OPTIONS']['MAX_RETRIES'] must be a whole number >= 0, "
+                f"got {max_retries!r}."
             )
+            max_retries = None
         self.max_retries: int | None = max_retries
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -124,14 +139,33 @@ class LeasingBackend(BaseTaskBackend):
                     id="leasing.E005",
                 )
             )
+        messages += [
+            checks.Error(
+                problem,
+                hint="Fix the option; they are listed in docs/how-to/django-tasks.md.",
+                id="leasing.E013",
+            )
+            for problem in self.option_problems
+        ]
         return messages
 
-    def enqueue[**P, R](self, task: Task[P, R], args: Any, kwargs: Any) -> TaskResult[P, R]:
+    def _require_usable(self) -> None:
         _require_app(self.alias)
+        if self.option_problems:
+            raise ImproperlyConfigured(self.option_problems[0])
+
+    def enqueue[**P, R](self, task: Task[P, R], args: Any, kwargs: Any) -> TaskResult[P, R]:
+        self._require_usable()
 
         self.validate_task(task)
         try:
             arguments = {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
+        except RecursionError:
+            # normalize_json() recurses: very deep arguments, or a list that contains itself.
+            raise PayloadNotSerializable(
+                f"Arguments of task {task.module_path} are nested more than {MAX_JSON_DEPTH} "
+                "levels deep (or contain themselves)."
+            ) from None
         except (TypeError, ValueError) as exc:
             raise PayloadNotSerializable(
                 f"Arguments of task {task.module_path} are not JSON-serializable: {exc}"
@@ -151,8 +185,8 @@ class LeasingBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
-        _require_app(self.alias)
-        if not isinstance(result_id, str) or "\x00" in result_id or len(result_id) > 255:
+        self._require_usable()
+        if not _storable_id(result_id):
             raise TaskResultDoesNotExist(result_id)
         # Imported here: this module must import without the leasing models
         # (see _STATUS), and the app check above has passed.
@@ -165,8 +199,15 @@ class LeasingBackend(BaseTaskBackend):
         )
         if item is None:
             raise TaskResultDoesNotExist(result_id)
-        assert item.input_data is not None  # enqueue() stored the task and its arguments
-        task = _as_enqueued(_load_task(item.input_data["task"]), item, self.alias)
+        # A django.task item enqueued by leasing.enqueue() directly, or whose task has
+        # since gone or no longer suits this backend (priority, queue): no TaskResult
+        # can be built for it.
+        try:
+            task = _as_enqueued(_load_task(_task_input(item.input_data)["task"]), item, self.alias)
+        except (PermanentError, InvalidTask) as exc:
+            raise TaskResultDoesNotExist(
+                f"Work item {result_id!r} has no result of this Tasks backend: {exc}"
+            ) from exc
         boundaries = list(
             Checkpoint.objects.using(self.using)
             .filter(task_id=item.task_id, checkpoint_type=CheckpointType.ERROR_BOUNDARY)
@@ -193,7 +234,7 @@ class LeasingBackend(BaseTaskBackend):
         elif item.status == "completed" and isinstance(item.output_data, dict):
             worker_ids.append(item.output_data.get("worker_id", ""))
         status = _STATUS[item.status]
-        assert item.input_data is not None  # enqueue() stored the task and its arguments
+        data = _task_input(item.input_data)
         result = TaskResult(
             task=task,
             id=item.work_item_id,
@@ -202,8 +243,8 @@ class LeasingBackend(BaseTaskBackend):
             started_at=item.started_at,
             finished_at=item.completed_at if status in _FINISHED else None,
             last_attempted_at=item.lease_acquired_at,
-            args=item.input_data.get("args", []),
-            kwargs=item.input_data.get("kwargs", {}),
+            args=data["args"],
+            kwargs=data["kwargs"],
             backend=self.alias,
             errors=errors,
             worker_ids=[w for w in worker_ids if w],
@@ -214,6 +255,44 @@ class LeasingBackend(BaseTaskBackend):
 
 
 _FINISHED = {TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED}
+
+
+def _storable_id(result_id: Any) -> bool:
+    """Whether `result_id` can be looked up at all: a string the id column can hold
+    (not too long, no NUL, no lone surrogate, which the database driver cannot encode)."""
+    if not isinstance(result_id, str) or "\x00" in result_id or len(result_id) > 255:
+        return False
+    try:
+        result_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _task_input(data: Any) -> dict[str, Any]:
+    """The input of an item this backend enqueued: its task's path, args and kwargs.
+
+    Anything else (a `django.task` item enqueued with `leasing.enqueue()`) is a
+    PermanentError: the worker fails the item, get_result() says it is no task result.
+    """
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("task"), str)
+        or not isinstance(data.get("args", []), list)
+        or not isinstance(data.get("kwargs", {}), dict)
+        or not isinstance(data.get("backend", "default"), str)
+    ):
+        raise PermanentError(
+            "the item's input is not a Tasks-backend task's ({'task': '<dotted path>', "
+            "'args': [...], 'kwargs': {...}, 'backend': '<alias>'}); enqueue tasks with "
+            "Task.enqueue(), not leasing.enqueue()."
+        )
+    return {
+        **data,
+        "args": data.get("args", []),
+        "kwargs": data.get("kwargs", {}),
+        "backend": data.get("backend", "default"),
+    }
 
 
 def _as_enqueued(task: Task[..., Any], item: WorkItem, alias: str) -> Task[..., Any]:
@@ -230,7 +309,7 @@ def _as_enqueued(task: Task[..., Any], item: WorkItem, alias: str) -> Task[..., 
 def _load_task(path: str) -> Task[..., Any]:
     try:
         task = import_string(path)
-    except ImportError as exc:
+    except (ImportError, ValueError, TypeError) as exc:  # "." and "..x" raise the last two
         raise PermanentError(f"cannot import task {path!r}: {exc}") from exc
     if not isinstance(task, Task):
         raise PermanentError(f"{path!r} is not a Task (decorate it with @task).")
@@ -239,14 +318,18 @@ def _load_task(path: str) -> Task[..., Any]:
 
 def run_task(ctx: WorkContext) -> dict[str, Any]:
     """The handler of `django.task` items: call the task, return its value."""
-    data = ctx.input or {}
-    task = _load_task(data.get("task", ""))
+    data = _task_input(ctx.input)
+    task = _load_task(data["task"])
     from django.tasks import task_backends
 
-    backend = task_backends[data.get("backend", "default")]
-    result = backend.get_result(ctx.lease.work_item_id)
+    backend = task_backends[data["backend"]]
+    try:
+        result = backend.get_result(ctx.lease.work_item_id)
+    except TaskResultDoesNotExist as exc:
+        # The item is not a task this backend can run (see get_result): retrying cannot help.
+        raise PermanentError(str(exc)) from exc
     task_started.send(type(backend), task_result=result)
-    args, kwargs = data.get("args", []), data.get("kwargs", {})
+    args, kwargs = data["args"], data["kwargs"]
     try:
         if task.takes_context:
             value = task.call(LeasingTaskContext(task_result=result, work=ctx), *args, **kwargs)

@@ -13,7 +13,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 
 from .conf import get_settings, read_alias
 from .metrics import render_latest
@@ -47,15 +48,19 @@ def _unauthorized() -> HttpResponse:
     return response
 
 
+# Exempt so that another method meets require_safe's 405, not the CSRF middleware's 403
+# (which runs first); the view only reads, so there is nothing to forge.
+@csrf_exempt
 @never_cache
-@require_GET
+@require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus exposition of the leasing tables, computed at scrape time.
 
     Access: `Authorization: Bearer <LEASING["METRICS_TOKEN"]>`, or a logged-in
     staff session. A wrong, malformed or unexpected token gets 401, a
     logged-in non-staff user 403, and an anonymous browser is sent to the
-    admin login. The query string is ignored.
+    admin login. The query string is ignored. GET and HEAD only: any other
+    method gets 405.
     """
     token = _bearer_token(request)
     if token is not None or "Authorization" in request.headers:

@@ -81,6 +81,22 @@ def test_only_get(token):
     assert client.put(URL, HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 405
 
 
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete", "options"])
+def test_other_methods_get_405_not_a_csrf_failure(token, method):
+    """With CSRF checked, as for a real client, they used to get 403 'CSRF verification failed'."""
+    client = Client(enforce_csrf_checks=True)
+    response = getattr(client, method)(URL, HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, HEAD"
+    assert b"leasing_" not in response.content
+
+
+def test_head_is_allowed(token):
+    response = Client().head(URL, HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+
+
 # --- the numbers ------------------------------------------------------------------------------
 
 

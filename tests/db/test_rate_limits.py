@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from io import StringIO
 
 import pytest
 from django.core.checks import run_checks
+from django.core.management import CommandError, call_command
 
 from leasing import LeaseManager, enqueue, enqueue_many, pause
 from leasing.conf import read_settings
@@ -140,6 +142,9 @@ def test_bad_rate_limits_are_reported_by_the_check_and_skipped_at_run_time(leasi
         ("50/s", RateLimit(50, 1.0, 55)),
         ("600/m", RateLimit(600, 60.0, 660)),
         ("5/10s", RateLimit(5, 10.0, 6)),
+        ("5/.5s", RateLimit(5, 0.5, 6)),
+        ("5/2.s", RateLimit(5, 2.0, 6)),
+        ("05/s", RateLimit(5, 1.0, 6)),
         ({"limit": 50, "per": 1, "burst": 50}, RateLimit(50, 1.0, 50)),
     ],
 )
@@ -222,3 +227,73 @@ def test_the_console_counts_a_queue_bucket_exactly_and_a_rate_key_up_to_its_cap(
     html = admin_client.get("/admin/leasing/workitem/dashboard/").content.decode()
     row = html.split('data-bucket="key:stripe"')[1].split("</tr>")[0]
     assert '<td class="num">2+</td>' in row
+
+
+# Malformed rate texts: each used to pass the pattern and then raise a bare ValueError
+# ("5/.s": float('.'); 5,000 digits: int()'s digit limit), or parse (Arabic-Indic digits).
+MALFORMED = [
+    "5/.s",
+    "5/",
+    "/s",
+    "5/1e999s",
+    "nan/s",
+    "5/-1s",
+    "5/0s",
+    "1e400/s",
+    "5/..s",
+    "\u0665/s",
+    "9" * 5000 + "/s",
+]
+
+
+def test_malformed_rate_texts_are_refused_by_enqueue_with_invalid_input(leasing_settings):
+    leasing_settings(RATE_LIMITS={"key:*": None})
+    for text in MALFORMED:
+        with pytest.raises(InvalidInput, match=r"rate_limit(: the (limit|period)| must look)"):
+            enqueue("t", "test.noop", rate_key="rk", rate_limit=text)
+    assert not WorkItem.objects.exists()
+    assert not RateBucket.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"limit": 5, "per": 10**400}, "r: the period must be a number of seconds"),
+        ({"limit": 5, "burst": 10**5000}, "r: the burst must be .* too large to show"),
+        ({"limit": 5, "x": 10**5000}, "r must be a dict with 'limit'.* too large to show"),
+    ],
+    ids=["huge-per", "huge-burst", "huge-unknown-key"],
+)
+def test_a_dict_limit_with_a_huge_int_is_refused_with_invalid_input(value, message):
+    """math.isfinite() overflowed, and repr() of the int in the message raised ValueError."""
+    with pytest.raises(InvalidInput, match=message):
+        parse_rate_limit("r", value)
+
+
+def test_malformed_rate_texts_in_the_setting_are_check_errors_one_each(leasing_settings):
+    limits = {f"key:k{i}": text for i, text in enumerate(MALFORMED)}
+    leasing_settings(RATE_LIMITS={**limits, "key:ok": "5/s"})
+    errors = [m for m in run_checks() if m.id == "leasing.E012"]
+    assert len(errors) == len(MALFORMED)
+    assert all(error.msg.startswith("LEASING['RATE_LIMITS'][") for error in errors)
+    conf, problems = read_settings({"RATE_LIMITS": {**limits, "key:ok": "5/s"}})
+    assert conf.rate_limits == {"key:ok": RateLimit(5, 1.0, 6)}
+    assert len(problems) == len(MALFORMED)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("command", ["runworker", "recoverysweep"])
+def test_commands_refuse_a_malformed_rate_text_in_one_line(leasing_settings, command):
+    leasing_settings(RATE_LIMITS={"key:rk": "5/.s"})
+    enqueue("t", "test.noop")
+    with pytest.raises(CommandError) as info:
+        call_command(
+            command,
+            "--once" if command == "recoverysweep" else "--burst",
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
+    text = str(info.value)
+    assert text.startswith("leasing.E012: LEASING['RATE_LIMITS']['key:rk'] must look like")
+    assert len(text.splitlines()) == 1
+    assert WorkItem.objects.get().status == "pending"

@@ -86,6 +86,36 @@ def test_bad_options_change_nothing(finished_items, args):
     assert WorkItem.objects.count() == 6
 
 
+def test_a_bad_status_is_refused_naming_the_choices_as_they_are_typed(finished_items):
+    """It said 'choose from WorkItemStatus.COMPLETED, ...', which --status refuses."""
+    with pytest.raises(CommandError) as info:
+        call_command("purgeitems", "--older-than", "30d", "--status", "pending")
+    assert str(info.value).endswith(
+        "invalid choice: 'pending' (choose from 'completed', 'failed', 'cancelled')"
+    )
+    assert WorkItem.objects.count() == 6
+    for status in ("completed", "failed", "cancelled"):
+        call_command("purgeitems", "--older-than", "1d", "--status", status, stdout=StringIO())
+    assert WorkItem.objects.count() == 3  # the old completed and failed ones went
+
+
+def test_the_help_says_what_the_default_purges_and_it_does(finished_items):
+    from django.core.management import load_command_class
+
+    from leasing import cancel
+
+    command = load_command_class("leasing", "purgeitems")
+    text = " ".join(command.create_parser("manage.py", "purgeitems").format_help().split())
+    assert "Delete completed, failed and cancelled work items" in text
+    assert "Default: all three (completed, failed and cancelled)." in text
+    items, _ = finished_items
+    cancel(items[5].pk, actor="test", reason="test")
+    old = database_now() - timedelta(days=40)
+    WorkItem.objects.filter(pk=items[5].pk).update(completed_at=old)
+    call_command("purgeitems", "--older-than", "30d", stdout=StringIO())
+    assert not WorkItem.objects.filter(status__in=["failed", "cancelled"]).exists()
+
+
 def test_unfinished_statuses_cannot_be_purged(finished_items):
     with pytest.raises(InvalidInput):
         purge_finished_items(timedelta(days=1), statuses=["pending"])

@@ -7,15 +7,19 @@ import time
 from datetime import timedelta
 from io import StringIO
 
+import django.tasks
 import pytest
+from django.core.checks import run_checks
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import connection
-from django.tasks import TaskResultStatus, default_task_backend
+from django.tasks import TaskBackendHandler, TaskResultStatus, default_task_backend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 
+from leasing import enqueue
 from leasing.exceptions import PayloadNotSerializable
 from leasing.models import Checkpoint, WorkItem
-from leasing.tasks import TASK_WORK_TYPE, LeasingBackend
+from leasing.tasks import BACKEND_PATH, TASK_WORK_TYPE, LeasingBackend
 from tests.support.helpers import database_now
 from tests.support.workers import FAST_POLL
 from tests.testapp import tasks
@@ -142,3 +146,113 @@ def test_a_task_whose_return_value_json_cannot_hold_runs_once_and_fails_with_typ
     item = WorkItem.objects.get(pk=result.id)
     assert (item.status, item.retry_count) == ("failed", 0)
     assert "cannot be stored as JSON" in item.error_message
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_arguments_too_deep_or_containing_themselves_are_refused_without_a_row():
+    """normalize_json() recursed until a RecursionError escaped the enqueue."""
+    looped: list = [1]
+    looped.append(looped)
+    looped_dict: dict = {}
+    looped_dict["me"] = looped_dict
+    for args, kwargs in [((nested(1200), 1), {}), ((looped, 1), {}), ((1,), {"b": looped_dict})]:
+        with pytest.raises(PayloadNotSerializable, match="nested more than 100 levels deep"):
+            tasks.add.enqueue(*args, **kwargs)
+    assert not WorkItem.objects.exists()
+
+
+def test_result_ids_no_work_item_can_have_do_not_exist():
+    """A lone surrogate used to reach the database driver: UnicodeEncodeError."""
+    for result_id in ["\ud800", "01\udfff", "a\x00b", None, 42, "x" * 256]:
+        with pytest.raises(TaskResultDoesNotExist):
+            default_task_backend.get_result(result_id)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"input_data": None},
+        {"input_data": [1, 2]},
+        {"input_data": {"args": []}},
+        {"input_data": {"task": 5}},
+        {"input_data": {"task": "tests.testapp.tasks.add", "args": "ab"}},
+        {"input_data": {"task": "tests.testapp.tasks.add", "kwargs": [1]}},
+        {"input_data": {"task": "nope.nowhere"}},
+        {"input_data": {"task": ".x"}},
+        {"input_data": {"task": "..x"}},
+        {"input_data": {"task": "tests.testapp.tasks.RUNS"}},
+        {"input_data": {"task": "tests.testapp.tasks.add"}, "priority": 500},
+    ],
+    ids=[
+        "none",
+        "list",
+        "no-task",
+        "task-not-text",
+        "args-not-list",
+        "kwargs-not-dict",
+        "unimportable",
+        "empty-module",
+        "relative",
+        "not-a-task",
+        "priority-out-of-range",
+    ],
+)
+def test_get_result_of_a_task_item_not_enqueued_by_the_backend_says_it_has_no_result(fields):
+    """It used to raise AssertionError, TypeError, PermanentError or InvalidTask."""
+    item = enqueue("direct", TASK_WORK_TYPE, **fields)
+    with pytest.raises(TaskResultDoesNotExist, match="has no result of this Tasks backend"):
+        default_task_backend.get_result(item.work_item_id)
+
+
+def test_a_worker_fails_a_task_item_not_enqueued_by_the_backend_at_once_and_clearly():
+    """A list input used to raise AttributeError in the handler, retried as transient."""
+    item = enqueue("direct", TASK_WORK_TYPE, [1, 2], max_retries=3)
+    drain()
+    item = WorkItem.objects.get(pk=item.work_item_id)
+    assert (item.status, item.retry_count) == ("failed", 0)
+    assert "not a Tasks-backend task's" in item.error_message
+
+
+def backend(**options) -> LeasingBackend:
+    return LeasingBackend("other", {"BACKEND": BACKEND_PATH, "QUEUES": [], "OPTIONS": options})
+
+
+def test_an_unknown_database_option_is_a_check_error_and_refused_at_run_time(monkeypatch):
+    """It passed the check, then every get_result() raised ConnectionDoesNotExist."""
+    bad = backend(DATABASE="nope")
+    [error] = [m for m in bad.check() if m.id == "leasing.E013"]
+    assert error.msg.startswith(
+        "TASKS['other']['OPTIONS']['DATABASE'] is 'nope', which is not a database alias"
+    )
+    # As manage.py check sees it: Django's task check builds every backend.
+    monkeypatch.setattr(
+        django.tasks,
+        "task_backends",
+        TaskBackendHandler({"other": {"BACKEND": BACKEND_PATH, "OPTIONS": {"DATABASE": "nope"}}}),
+    )
+    [error] = [m for m in run_checks() if m.id == "leasing.E013"]
+    assert "'nope'" in error.msg
+    with pytest.raises(ImproperlyConfigured, match="'DATABASE'] is 'nope'"):
+        bad.get_result("01NOPE0000000000000000000")
+    with pytest.raises(ImproperlyConfigured, match="'DATABASE'] is 'nope'"):
+        bad.enqueue(tasks.add, (1, 2), {})
+    assert not WorkItem.objects.exists()
+    assert [m.id for m in backend(DATABASE=["default"]).check()] == ["leasing.E013"]
+    assert not backend(DATABASE="default").check()
+
+
+def test_a_bad_max_retries_option_is_a_check_error_not_a_traceback():
+    """It raised from the backend's constructor, which Django's task check calls."""
+    bad = backend(MAX_RETRIES=-1)
+    [error] = bad.check()
+    assert error.id == "leasing.E013"
+    assert "['MAX_RETRIES'] must be a whole number >= 0, got -1" in error.msg
+    with pytest.raises(ImproperlyConfigured, match="MAX_RETRIES"):
+        bad.enqueue(tasks.add, (1, 2), {})
+    assert not WorkItem.objects.exists()

@@ -11,6 +11,10 @@ from leasing.exceptions import InvalidInput
 from leasing.management.base import LeasingCommand
 from leasing.services.retention import FINISHED, parse_age, purge_finished_items
 
+# Plain strings: argparse shows the choices by repr(), and an enum member's
+# ("WorkItemStatus.COMPLETED") is not what the option takes.
+STATUSES = [str(status.value) for status in FINISHED]
+
 
 def age(text: str) -> Any:
     try:
@@ -21,8 +25,8 @@ def age(text: str) -> Any:
 
 class Command(LeasingCommand):
     help = (
-        "Delete completed and failed work items finished longer ago than --older-than, "
-        "with their checkpoints, in short batches."
+        "Delete completed, failed and cancelled work items finished longer ago than "
+        "--older-than, with their checkpoints, in short batches."
     )
 
     removed_flags = {
@@ -42,9 +46,9 @@ class Command(LeasingCommand):
             "--status",
             dest="statuses",
             action="append",
-            choices=FINISHED,
+            choices=STATUSES,
             help="Only this status (repeatable), e.g. keep failed items longer than completed "
-            "ones. Default: completed and failed.",
+            "ones. Default: all three (completed, failed and cancelled).",
         )
         parser.add_argument(
             "--dry-run",
@@ -57,7 +61,7 @@ class Command(LeasingCommand):
         try:
             stats = purge_finished_items(
                 options["older_than"],
-                statuses=options["statuses"] or FINISHED,
+                statuses=options["statuses"] or STATUSES,
                 dry_run=options["dry_run"],
             )
         except InvalidInput as exc:
