@@ -1,7 +1,7 @@
 """System checks for the leasing app (ids `leasing.E0xx` and `leasing.W0xx`).
 
 E001  settings.LEASING is not valid (one error per bad key, and per bad entry of a *_LIMITS)
-E002  the heartbeat interval is not below the lease
+E002  the heartbeat interval is not below the lease (the default, or a work type's)
 E003  the extender interval is not below its extension
 E004  a SQLite database holding the leasing tables lacks the options the engine needs
 E005  (leasing.tasks) a TASKS backend is LeasingBackend but 'leasing' is not installed
@@ -12,6 +12,8 @@ E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks
 E010  an entry of LEASING["HANDLERS"] cannot be loaded (its path, its options)
 E011  a handler in process execution that a child process cannot import by its dotted path
 E012  an entry of LEASING["RATE_LIMITS"] is not valid (its bucket, its rate or burst)
+E013  (leasing.tasks) a LeasingBackend OPTIONS value: an unknown DATABASE alias, a bad MAX_RETRIES
+E014  a database leasing writes through (default, any holding its tables) has AUTOCOMMIT = False
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
 W003  the sweep interval is longer than the lease
@@ -30,7 +32,7 @@ from django.core import checks
 from django.db import connections, router
 
 from . import tracing
-from .conf import RETIRED, LeasingSettings, read_settings, retired_keys
+from .conf import RETIRED, WRITE_DATABASE, LeasingSettings, read_settings, retired_keys
 from .exceptions import LeasingConfigurationError
 from .handlers import HandlerSpec, registry
 from .setting_entries import SettingProblem
@@ -115,6 +117,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         )
     specs, handler_messages = _handler_specs()
     messages += handler_messages
+    messages += _type_heartbeats(conf, specs)
     messages += _process_execution(conf, specs)
     messages += _stale_between_renewals(conf, specs)
     if conf.sweep_interval > conf.lease_duration:
@@ -199,6 +202,37 @@ def _process_execution(
                     id="leasing.E011",
                 )
             )
+    return messages
+
+
+def _type_heartbeats(conf: LeasingSettings, specs: list[HandlerSpec]) -> list[checks.CheckMessage]:
+    """leasing.E002 for each work type whose own lease or heartbeat interval, paired with
+    the default other one, leaves the interval not below the lease: the worker resolves
+    them so (`worker.options.resolve`) and refuses to start, stopping every queue."""
+    messages: list[checks.CheckMessage] = []
+    for spec in specs:
+        if spec.lease_duration is None and spec.heartbeat_interval is None:
+            continue  # the defaults: judged above
+        lease = spec.lease_duration or conf.lease_duration
+        interval = spec.heartbeat_interval or conf.heartbeat_interval
+        if interval < lease:
+            continue
+        lease_from = "its lease_duration" if spec.lease_duration else "LEASING['LEASE_DURATION']"
+        interval_from = (
+            "its heartbeat_interval" if spec.heartbeat_interval else "LEASING['HEARTBEAT_INTERVAL']"
+        )
+        messages.append(
+            checks.Error(
+                f"Work type {spec.work_type!r}: the heartbeat interval ({interval:g}s, "
+                f"{interval_from}) must be below the lease ({lease:g}s, {lease_from}): every "
+                "lease of the type would expire before its first renewal, and runworker "
+                "refuses to start.",
+                hint="Give the type a heartbeat_interval of about a tenth of its lease "
+                "(in LEASING['HANDLERS'], @leasing.handler or the TASKS backend's OPTIONS), "
+                "or a longer lease_duration.",
+                id="leasing.E002",
+            )
+        )
     return messages
 
 
@@ -338,3 +372,28 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 )
             )
     return messages
+
+
+@checks.register("leasing")
+def check_autocommit(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Every lease write commits by itself (or in an atomic block of its own); with
+    AUTOCOMMIT = False nothing a worker writes is ever committed: PostgreSQL rolls it
+    all back when the connection closes, SQLite holds its write lock until then.
+
+    The default database (where lease writes go) and every alias the routers let
+    hold the leasing tables (`runworker --database`). The NOTIFY listener opens a
+    connection of its own in autocommit, and the read database only reads.
+    """
+    aliases = dict.fromkeys([WRITE_DATABASE, *_leasing_aliases()])
+    return [
+        checks.Error(
+            f"DATABASES[{alias!r}] sets AUTOCOMMIT = False: leasing commits each write "
+            "itself, so no claim, heartbeat or result a worker writes would ever be "
+            "committed (PostgreSQL rolls them back, SQLite keeps its write lock), and every "
+            "item would run again.",
+            hint=f"Remove 'AUTOCOMMIT' from DATABASES[{alias!r}] (Django's default is True).",
+            id="leasing.E014",
+        )
+        for alias in aliases
+        if alias in settings.DATABASES and not settings.DATABASES[alias].get("AUTOCOMMIT", True)
+    ]

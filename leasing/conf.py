@@ -99,10 +99,10 @@ class LeasingSettings:
     #: Periodic work by name: one item per cron or interval tick (each entry checked: E006).
     schedules: dict[str, ScheduleSpec] = field(default_factory=dict)
     #: At most N items in flight (claimed, not yet finished) per queue, across every worker and
-    #: host, e.g. for a rate-limited API.
+    #: host, e.g. for a rate-limited API; each at most 2147483647.
     queue_limits: dict[str, int] = field(default_factory=dict)
     #: At most N items in flight per work type, across every worker and host, e.g. for a
-    #: handler that holds a scarce resource.
+    #: handler that holds a scarce resource; each at most 2147483647.
     work_type_limits: dict[str, int] = field(default_factory=dict)
 
     # Rate limits and fair claims
@@ -114,7 +114,8 @@ class LeasingSettings:
     #: Queues whose claims take turns across the items' `fairness_key`s (tenants), so one key's
     #: backlog does not hold the others back.
     fair_queues: tuple[str, ...] = ()
-    #: Turns per round of a fairness key in a fair queue (default 1), e.g. `{"premium": 3}`.
+    #: Turns per round of a fairness key in a fair queue (default 1, at most 1000000), e.g.
+    #: `{"premium": 3}`.
     fairness_weights: dict[str, int] = field(default_factory=dict)
 
     # Databases, console and metrics
@@ -125,7 +126,8 @@ class LeasingSettings:
     #: The alias whose session connection the NOTIFY listener uses (default: the worker's own);
     #: behind a transaction pooler, a direct connection.
     listen_database: str | None = None
-    #: Bearer token that lets Prometheus scrape /metrics; None: staff sessions only.
+    #: Bearer token that lets Prometheus scrape /metrics (printable ASCII, no leading or
+    #: trailing whitespace: an HTTP header carries it); None: staff sessions only.
     metrics_token: str | None = None
 
     # Tracing
@@ -284,7 +286,19 @@ def _check_value(name: str, value: Any) -> Any:
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise LeasingConfigurationError(f"{key} must be a non-empty string or None.")
         if value is not None:
-            _text(key, value)
+            _text(key, value)  # a NUL or a lone surrogate, said as such
+        if value is not None and (value != value.strip() or not value.isascii()):
+            # The view strips the token it receives, and WSGI decodes headers as latin-1,
+            # so such a token could never match: every scrape would get 401.
+            raise LeasingConfigurationError(
+                f"{key} must be ASCII without leading or trailing whitespace (an HTTP header "
+                "carries it): no request could ever present it."
+            )
+        if value is not None and not value.isprintable():
+            raise LeasingConfigurationError(
+                f"{key} must be printable ASCII (no control characters): an HTTP header "
+                "cannot carry them."
+            )
         return value
     raise AssertionError(f"no validator for {name}")  # pragma: no cover
 

@@ -122,7 +122,10 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
             lifetime = validation.positive_seconds(f"{work_type}: max_lease_lifetime", lifetime)
         max_retries = options.get("max_retries")
         if max_retries is not None:
-            max_retries = validation.integer(f"{work_type}: max_retries", max_retries, minimum=0)
+            # Each item's max_retries column is an int4: a larger default fails every enqueue.
+            max_retries = validation.integer(
+                f"{work_type}: max_retries", max_retries, minimum=0, maximum=validation.PG_INT_MAX
+            )
     except InvalidInput as exc:
         raise LeasingConfigurationError(str(exc)) from exc
     mode = options.get("heartbeat", "thread")
@@ -229,7 +232,9 @@ class HandlerRegistry:
                 )
             try:
                 func = import_string(path)
-            except ImportError as exc:
+            except Exception as exc:
+                # Not only ImportError: a module that raises as it loads (ValueError,
+                # SyntaxError...) is a bad entry too (leasing.E010), not a crash of the check.
                 raise LeasingConfigurationError(
                     f"LEASING['HANDLERS'][{work_type!r}]: cannot import {path!r}: {exc}"
                 ) from exc

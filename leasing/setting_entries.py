@@ -69,14 +69,32 @@ def read_schedules(
     return specs, problems
 
 
+# The largest limit or weight each such setting takes. The claim sends them to the
+# database as parameters and does arithmetic on them: a limit beyond an int4 overflows
+# SQLite's integers or PostgreSQL's bigint in the claim, and a weight multiplies a share
+# of the claim (`sql/fairness.py`). A million turns per round is far above any real ratio.
+# PostgreSQL's integer, as validation.PG_INT_MAX (not read from there: validation
+# imports conf, which imports this module, so it is not defined yet at this point).
+MAX_LIMIT = 2**31 - 1
+MAX_FAIRNESS_WEIGHT = 1_000_000
+_MAXIMUM = {
+    "QUEUE_LIMITS": MAX_LIMIT,
+    "WORK_TYPE_LIMITS": MAX_LIMIT,
+    "FAIRNESS_WEIGHTS": MAX_FAIRNESS_WEIGHT,
+}
+
+
 def read_limits(setting: str, value: Any) -> tuple[dict[str, int], list[SettingProblem]]:
-    """QUEUE_LIMITS or WORK_TYPE_LIMITS: the valid limits, and a problem for each bad one.
+    """QUEUE_LIMITS, WORK_TYPE_LIMITS or FAIRNESS_WEIGHTS: the valid limits, and a problem
+    for each bad one.
 
     A limit's name must be what a queue or work type can be (non-empty
     storable text of at most 255 characters): the claim sends it to the
-    database, where a NUL or a lone surrogate fails the statement.
+    database, where a NUL or a lone surrogate fails the statement. Its value is a
+    positive integer of at most `_MAXIMUM[setting]`.
     """
     key = f"LEASING[{setting!r}]"
+    maximum = _MAXIMUM.get(setting, MAX_LIMIT)
     if not isinstance(value, dict):
         message = f"{key} must be a dict of name to a positive integer, got {type(value).__name__}."
         return {}, [SettingProblem(setting, message, entry=True)]
@@ -87,6 +105,8 @@ def read_limits(setting: str, value: Any) -> tuple[dict[str, int], list[SettingP
             message = f"{key} keys must be non-empty strings, got {name!r}."
         elif isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             message = f"{key}[{name!r}] must be a positive integer, got {limit!r}."
+        elif limit > maximum:
+            message = f"{key}[{name!r}] must be at most {maximum}, got {limit!r}."
         else:
             try:
                 limits[validation.non_empty_text(f"{key} key {name!r}", name)] = limit

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -143,7 +144,16 @@ Q_CLUSTER = {
 # sweep passes), one line per completed item with -v 2, warnings only with -v 0.
 # LEASING_LOG_LEVEL=DEBUG|INFO|... hands the decision to this LOGGING instead.
 LOGGING: dict = {"version": 1, "disable_existing_loggers": False}
-if os.environ.get("LEASING_LOG_LEVEL"):
+_LOG_LEVEL = os.environ.get("LEASING_LOG_LEVEL", "").strip().upper()
+if _LOG_LEVEL:
+    # Read case-insensitively (and a number as one); anything else fails here in one line
+    # rather than as a traceback out of logging.config when Django sets up logging.
+    _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+    if not _LOG_LEVEL.isdigit() and _LOG_LEVEL not in _LEVELS:
+        raise ImproperlyConfigured(
+            f"LEASING_LOG_LEVEL must be one of {', '.join(_LEVELS)} or a number, "
+            f"got {os.environ['LEASING_LOG_LEVEL']!r}."
+        )
     LOGGING |= {
         "formatters": {
             "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
@@ -154,7 +164,7 @@ if os.environ.get("LEASING_LOG_LEVEL"):
         "loggers": {
             "leasing": {
                 "handlers": ["console"],
-                "level": os.environ["LEASING_LOG_LEVEL"],
+                "level": int(_LOG_LEVEL) if _LOG_LEVEL.isdigit() else _LOG_LEVEL,
                 "propagate": False,
             },
         },

@@ -59,10 +59,22 @@ def run_sweep_pass(
     return {"worker_id": sweep.worker_id, **stats.as_dict()}
 
 
+# django-q2's `Schedule.minutes` is a PositiveSmallIntegerField: no interval may need more.
+MAX_SCHEDULE_MINUTES = 32767
+
+
 def schedule_minutes(interval_seconds: float) -> int:
     """django-q2 schedules run every whole minute at best: round the interval up."""
     interval_seconds = validation.positive_seconds("interval", interval_seconds)
-    return max(1, math.ceil(interval_seconds / 60))
+    minutes = max(1, math.ceil(interval_seconds / 60))
+    if minutes > MAX_SCHEDULE_MINUTES:
+        # Refused here, in one line, rather than by the Schedule's full_clean() as a traceback.
+        raise InvalidInput(
+            f"the sweep interval ({interval_seconds:g}s, LEASING['SWEEP_INTERVAL'] unless "
+            f"given) is longer than a django-q2 schedule can repeat: at most "
+            f"{MAX_SCHEDULE_MINUTES} minutes ({MAX_SCHEDULE_MINUTES * 60}s)."
+        )
+    return minutes
 
 
 def schedule_sweep(

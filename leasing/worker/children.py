@@ -49,6 +49,13 @@ logger = logging.getLogger("leasing.worker")
 START_TIMEOUT = 120.0
 # How often a waiting executor looks at its run (timed out, lost, asked to stop).
 WATCH_SECONDS = 0.05
+# The longest one `process.join()` waits: multiprocessing waits in milliseconds in a C int,
+# so a longer timeout (a PROCESS_STOP_GRACE of weeks) raises OverflowError in the executor.
+MAX_JOIN_SECONDS = 2**31 // 1000 - 1
+
+
+def _join_timeout(seconds: float) -> float:
+    return min(seconds, MAX_JOIN_SECONDS)
 
 
 class ChildProcessDied(RuntimeError):
@@ -216,7 +223,7 @@ class Child:
         process = self.process
         if process is not None and process.is_alive():
             process.terminate()
-            process.join(grace)
+            process.join(_join_timeout(grace))
             if process.is_alive():
                 logger.warning(
                     "%s (pid %s) ignored SIGTERM for %gs: killing it", self.name, process.pid, grace
@@ -230,7 +237,7 @@ class Child:
         if self.process is not None and self.conn is not None and self.process.is_alive():
             with contextlib.suppress(OSError, ValueError):
                 self.conn.send(None)
-            self.process.join(grace)
+            self.process.join(_join_timeout(grace))
         self.stop(grace)
 
     def _forget(self) -> None:

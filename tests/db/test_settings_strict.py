@@ -64,6 +64,43 @@ LONG_CRON = " ".join(
 # --- the check: the other settings --------------------------------------------------------
 
 
+def fair_backlog(key: str, n: int) -> None:
+    enqueue_many(
+        [
+            {"task_id": f"{key}-{i}", "work_type": "t", "queue_name": "q", "fairness_key": key}
+            for i in range(n)
+        ]
+    )
+
+
+@pytest.mark.django_db
+def test_the_largest_limits_and_weight_the_check_accepts_work_in_a_claim(leasing_settings):
+    """The bounds are what the claim's SQL holds: at each one a claim still works (a
+    weight of 10**20 or a limit of 2**63 used to fail every claim, on PostgreSQL or SQLite)."""
+    leasing_settings(
+        QUEUE_LIMITS={"q": 2**31 - 1},
+        WORK_TYPE_LIMITS={"t": 2**31 - 1},
+        FAIR_QUEUES=["q"],
+        FAIRNESS_WEIGHTS={"gold": 1_000_000},
+    )
+    fair_backlog("gold", 3)
+    fair_backlog("silver", 3)
+    leases = LeaseManager("w1").acquire_leases(4)
+    assert len(leases) == 4
+
+
+@pytest.mark.django_db
+def test_recoverysweep_schedule_refuses_a_sweep_interval_django_q_cannot_repeat(leasing_settings):
+    """It used to end in a ValidationError traceback on PostgreSQL (Schedule.minutes is a
+    small integer); refused on every database now, before the schedule is written."""
+    pytest.importorskip("django_q")
+    leasing_settings(SWEEP_INTERVAL=1_966_021)
+    with pytest.raises(CommandError) as info:
+        call_command("recoverysweep", "--schedule", stdout=StringIO(), stderr=StringIO())
+    assert "at most 32767 minutes" in str(info.value)
+    assert len(str(info.value).splitlines()) == 1
+
+
 # --- run time: limits ---------------------------------------------------------------------
 
 
