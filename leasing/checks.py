@@ -8,7 +8,7 @@ E005  (leasing.tasks) a TASKS backend is LeasingBackend but 'leasing' is not ins
 E006  an entry of LEASING["SCHEDULES"] is not valid (anything its ticks' enqueue would refuse)
 E007  LEASING["READ_DATABASE"] names a database alias that DATABASES lacks
 E008  USE_TZ is False
-E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks
+E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks, or one not PostgreSQL
 E010  an entry of LEASING["HANDLERS"] cannot be loaded (its path, its options)
 E011  a handler in process execution that a child process cannot import by its dotted path
 E012  an entry of LEASING["RATE_LIMITS"] is not valid (its bucket, its rate or burst)
@@ -36,7 +36,7 @@ from .conf import RETIRED, WRITE_DATABASE, LeasingSettings, read_settings, retir
 from .exceptions import LeasingConfigurationError
 from .handlers import HandlerSpec, registry
 from .setting_entries import SettingProblem
-from .storage import storage_for
+from .storage import listens, storage_for
 
 POSTGRES_ONLY_FEATURES = (
     "claims serialize on SQLite's single write lock instead of SKIP LOCKED, and idle "
@@ -159,6 +159,19 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 "NOTIFY listener would fail, leaving idle workers to poll.",
                 hint="Name an alias of DATABASES (a direct connection, not a transaction "
                 "pooler), or remove the key to listen on the worker's own database.",
+                id="leasing.E009",
+            )
+        )
+    # Only workers whose database can listen do (SQLite's poll): then the alias must too.
+    listen = conf.listen_database
+    if listen in settings.DATABASES and listens(WRITE_DATABASE) and not listens(listen):
+        messages.append(
+            checks.Error(
+                f"LEASING['LISTEN_DATABASE'] is {listen!r}, whose database cannot LISTEN: "
+                "every PostgreSQL worker's NOTIFY listener would fail, leaving idle workers "
+                "to poll.",
+                hint="Name a PostgreSQL alias (a direct connection, not a transaction pooler), "
+                "or remove the key to listen on the worker's own database.",
                 id="leasing.E009",
             )
         )

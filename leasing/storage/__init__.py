@@ -53,6 +53,12 @@ def storage_for(using: str = "default") -> Storage:
     return cls(using)
 
 
+def listens(using: str) -> bool:
+    """Whether workers can LISTEN through this alias (its database is PostgreSQL)."""
+    cls = _classes().get(connections[using].vendor)
+    return cls is not None and cls.can_listen
+
+
 def storage_of_error(error: BaseException) -> type[Storage] | None:
     """The storage whose driver raised `error` (None: a driver leasing does not know)."""
     for cls in _classes().values():
@@ -61,4 +67,4 @@ def storage_of_error(error: BaseException) -> type[Storage] | None:
     return None
 
 
-__all__ = ["storage_for", "storage_of_error"]
+__all__ = ["listens", "storage_for", "storage_of_error"]

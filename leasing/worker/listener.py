@@ -78,9 +78,13 @@ class NotifyListener:
         # psycopg is only installed where PostgreSQL is used, and only then does this run.
         import psycopg
 
+        failing = False  # a streak of failed sessions: said once, at WARNING
         while not self._stop.is_set():
             try:
                 with session_connection(self.using) as conn:
+                    if failing:
+                        logger.info("notify listener connected again: wake-ups are back")
+                        failing = False
                     # The session's first statement says what it is, LISTEN or UNLISTEN:
                     # monitoring (and the bench) count listener sessions by their mark,
                     # and a worker full from its first claim may not run another for long.
@@ -88,7 +92,16 @@ class NotifyListener:
                     self._follow_lead(conn)
                     self._listen(conn)
             except psycopg.Error as exc:
-                logger.debug("notify listener reconnecting: %s", exc)
+                if not failing:
+                    logger.warning(
+                        "notify listener on database %r failed (%s): idle workers poll "
+                        "until it connects again (tried every second)",
+                        self.using,
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc),
+                    )
+                    failing = True
+                else:
+                    logger.debug("notify listener reconnecting: %s", exc)
                 self._stop.wait(1.0)
             finally:
                 if self.leadership is not None:

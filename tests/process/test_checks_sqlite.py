@@ -114,3 +114,28 @@ def test_tasks_backend_without_the_app_refuses_clearly_at_first_use(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("refused: TASKS['default'] uses leasing.tasks.LeasingBackend")
+
+
+def test_a_listen_database_that_cannot_listen_is_a_check_error(tmp_path):
+    """Workers on PostgreSQL listen through LISTEN_DATABASE: a SQLite alias failed every
+    second, said only at DEBUG, and idle workers fell back to polling. (The check reads
+    the settings alone: nothing connects.)"""
+    lite = f"{{'ENGINE': 'django.db.backends.sqlite3', 'NAME': {str(tmp_path / 'l.db')!r}}}"
+    postgres = "{'ENGINE': 'django.db.backends.postgresql', 'NAME': 'app', 'HOST': '127.0.0.1'}"
+    env = site_settings(
+        tmp_path,
+        f"DATABASES = {{'default': {postgres}, 'lite': {lite}, 'direct': {postgres}}}\n"
+        "LEASING = {**LEASING, 'LISTEN_DATABASE': 'lite'}\n",
+    )
+    proc = run(env, "check")
+    assert proc.returncode == 1
+    assert "(leasing.E009) LEASING['LISTEN_DATABASE'] is 'lite', whose database cannot LISTEN" in (
+        proc.stderr
+    )
+    env = site_settings(
+        tmp_path,
+        f"DATABASES = {{'default': {postgres}, 'direct': {postgres}}}\n"
+        "LEASING = {**LEASING, 'LISTEN_DATABASE': 'direct'}\n",
+    )
+    proc = run(env, "check")
+    assert "leasing.E009" not in proc.stderr, proc.stderr
