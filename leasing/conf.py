@@ -135,8 +135,8 @@ class LeasingSettings:
     #: continuing the enqueuer's trace (needs the `otel` extra; leasing.W010). `"link"`: each run
     #: starts a trace of its own, linked to the enqueuer's. False: nothing is traced or imported.
     tracing: bool | str = False
-    #: The console's link from an item to its trace, e.g. `"https://jaeger/trace/{trace_id}"`;
-    #: None: the item page shows the trace id only.
+    #: The console's link from an item to its trace, e.g. `"https://jaeger/trace/{trace_id}"`
+    #: (http://, https:// or a path on this site); None: the item page shows the trace id only.
     trace_url: str | None = None
 
     # Tuning
@@ -316,6 +316,13 @@ def _trace_url(key: str, value: Any) -> str:
             f"{key} may hold no placeholder but {{trace_id}} (write a literal brace twice), "
             f"got {value!r}."
         ) from None
+    # The console renders it as a link: a `javascript:` (or any other) scheme would run
+    # in the operator's session.
+    if not value.lower().startswith(("https://", "http://", "/")):
+        raise LeasingConfigurationError(
+            f"{key} must start with https://, http:// or / (a link the console shows), "
+            f"got {value!r}."
+        )
     return _text(key, value)
 
 

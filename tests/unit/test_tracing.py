@@ -33,6 +33,16 @@ def test_trace_url_needs_its_placeholder_and_no_other(settings):
         assert error.id == "leasing.E001" and "TRACE_URL" in error.msg
 
 
+def test_trace_url_is_a_web_link_never_a_script(settings):
+    """The console renders it as a link: `javascript:` would run in the operator's session."""
+    for good in ("http://jaeger:16686/trace/{trace_id}", "/traces/{trace_id}"):
+        assert read_settings({"TRACE_URL": good})[0].trace_url == good
+    for bad in ("javascript:alert(1)//{trace_id}", "JavaScript:x//{trace_id}", "data:{trace_id}"):
+        settings.LEASING = {"TRACE_URL": bad}
+        [error] = check_settings()
+        assert error.id == "leasing.E001" and "must start with https://" in error.msg
+
+
 def test_tracing_on_without_opentelemetry_is_warning_w010(settings, monkeypatch):
     settings.LEASING = {"TRACING": True}
     assert "leasing.W010" not in [m.id for m in check_settings()]
