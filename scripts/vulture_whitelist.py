@@ -23,6 +23,7 @@ _.check_settings  # checks.py: @checks.register, run by `manage.py check`
 _.check_time_zone
 _.check_schedules
 _.check_database
+_.check_autocommit
 _.app_configs  # the keyword Django passes every check function
 _._reload_on_change  # conf.py: @receiver(setting_changed)
 _._tracing_changed  # tracing.py: @receiver(setting_changed)
@@ -98,6 +99,9 @@ _.action_checkbox  # list_display entries and admin actions, named as strings
 _.lease_expires  # the admins' times to the second (display.time_column), named as strings
 _.expires
 _.last_scan
+_.next_run  # the Schedules admin's list and change page, named as strings
+_.last_tick
+_.last_run
 _._mutable  # QueryDict: made read-only again after the list drops a bad filter value
 _.task_link
 _.status_badge
@@ -122,6 +126,7 @@ _.leasing_tools_in_content
 _.leasing_nonce_attr
 _.leasing_date_hierarchy  # admin/leasing/change_list.html
 _.hidden_fields_for_items  # admin/leasing/confirm.html
+_.not_claiming_ids  # admin/leasing/dashboard/queues.html: who takes a pair but claims nothing
 _.help_text
 _.is_capped
 _.bucket_minutes  # the console's pages: chart geometry and figures
