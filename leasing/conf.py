@@ -126,8 +126,8 @@ class LeasingSettings:
     #: The alias whose session connection the NOTIFY listener uses (default: the worker's own);
     #: behind a transaction pooler, a direct connection.
     listen_database: str | None = None
-    #: Bearer token that lets Prometheus scrape /metrics (printable ASCII, no leading or
-    #: trailing whitespace: an HTTP header carries it); None: staff sessions only.
+    #: Bearer token that lets Prometheus scrape /metrics (printable, no leading or trailing
+    #: whitespace: an HTTP header carries it); None: staff sessions only.
     metrics_token: str | None = None
 
     # Tracing
@@ -287,16 +287,15 @@ def _check_value(name: str, value: Any) -> Any:
             raise LeasingConfigurationError(f"{key} must be a non-empty string or None.")
         if value is not None:
             _text(key, value)  # a NUL or a lone surrogate, said as such
-        if value is not None and (value != value.strip() or not value.isascii()):
-            # The view strips the token it receives, and WSGI decodes headers as latin-1,
-            # so such a token could never match: every scrape would get 401.
+        if value is not None and value != value.strip():
+            # The view strips the token it receives: such a token could never match.
             raise LeasingConfigurationError(
-                f"{key} must be ASCII without leading or trailing whitespace (an HTTP header "
+                f"{key} must have no leading or trailing whitespace (an HTTP header "
                 "carries it): no request could ever present it."
             )
         if value is not None and not value.isprintable():
             raise LeasingConfigurationError(
-                f"{key} must be printable ASCII (no control characters): an HTTP header "
+                f"{key} must be printable (no control characters): an HTTP header "
                 "cannot carry them."
             )
         return value

@@ -6,6 +6,7 @@ The dashboard and the checkpoint timeline are admin views: see
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 
 from django.contrib.auth.views import redirect_to_login
@@ -25,6 +26,11 @@ def _bearer_token(request: HttpRequest) -> str | None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer":
         return None
+    # WSGI hands headers over as ISO-8859-1 text: a UTF-8 token (non-ASCII) arrives as
+    # its bytes read one by one, and is read back as the client sent it. Not UTF-8
+    # bytes (or not from WSGI): compared as it came.
+    with contextlib.suppress(UnicodeError):
+        token = token.encode("latin-1").decode("utf-8")
     return token.strip()
 
 
