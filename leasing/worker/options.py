@@ -75,6 +75,9 @@ class WorkerConfig:
     process_max_items: int
     process_max_memory_mb: int
     process_stop_grace: float
+    # The id was given (--worker-id), so an earlier process may have used it; a
+    # generated one (host:pid:random) is new.
+    id_given: bool = False
 
     @property
     def heartbeat_interval(self) -> float:
@@ -164,6 +167,7 @@ def resolve(
         process_max_items=conf.process_max_items,
         process_max_memory_mb=conf.process_max_memory_mb,
         process_stop_grace=conf.process_stop_grace,
+        id_given=bool(options.worker_id),
     )
 
 

@@ -179,7 +179,8 @@ class WorkerRuntime:
         until_reachable(
             self._register, what="registering the worker", using=self.config.using, stop=self._stop
         )
-        self._let_earlier_leases_go()
+        if self.config.id_given:  # a generated id is new: nothing held it before
+            self._let_earlier_leases_go()
         c = self.config
         logger.info(
             "worker %s started: concurrency %d, queues %s, work types %s",
