@@ -17,7 +17,7 @@ from leasing.metrics import render_latest
 from leasing.models import Worker
 from leasing.services.operations import Action, apply_action
 from leasing.worker.runtime import EXIT_ABANDONED_RUNS
-from tests.support.helpers import row, wait_for
+from tests.support.helpers import process_running, row, wait_for
 from tests.support.workers import leasing_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -180,14 +180,6 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 def test_a_worker_with_child_processes_exits_despite_an_abandoned_thread_mode_run(spawn, tmp_path):
     """A worker that also runs a type in `process` mode keeps an idle child per executor.
     The executor stuck in an abandoned thread-mode run never closed its child, and at
@@ -212,5 +204,6 @@ def test_a_worker_with_child_processes_exits_despite_an_abandoned_thread_mode_ru
             proc.kill()
             proc.communicate(timeout=10)
     assert proc.returncode == 0, err
-    assert not [pid for pid in children if _running(pid)], f"a child outlived its worker: {err}"
+    outlived = [pid for pid in children if process_running(pid)]
+    assert not outlived, f"a child outlived its worker: {err}"
     assert Worker.objects.get().status == "stopped"

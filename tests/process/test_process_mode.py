@@ -22,7 +22,7 @@ import pytest
 from leasing import cancel, enqueue
 from leasing.models import Checkpoint, IdempotencyKey, Worker
 from leasing.services.operations import Action, apply_action
-from tests.support.helpers import recorded, row, wait_for
+from tests.support.helpers import process_running, recorded, row, wait_for
 from tests.support.workers import leasing_env, parse_summary
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -70,16 +70,6 @@ def started(record: Path) -> list[tuple[str, int, int]]:
     ]
 
 
-def running(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (ended, not yet reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
 def first_start(record: Path) -> tuple[str, int, int]:
     wait_for(lambda: started(record), timeout=60)  # a fresh child sets Django up first
     return started(record)[0]
@@ -101,7 +91,7 @@ def test_a_handler_blocked_in_a_call_is_stopped_at_its_timeout_and_retried(spawn
     try:
         _, token, pid = first_start(record)
         seen = time.monotonic()
-        wait_for(lambda: not running(pid), timeout=10)
+        wait_for(lambda: not process_running(pid), timeout=10)
         assert time.monotonic() - seen <= 2 + 2
         wait_for(lambda: row(item.pk)["retry_count"] == 1, timeout=10)
         assert ending(item.pk)["will_retry"] is True
@@ -113,7 +103,7 @@ def test_a_handler_blocked_in_a_call_is_stopped_at_its_timeout_and_retried(spawn
     finally:
         summary = parse_summary(stop(proc))
     assert summary["timed_out"] >= 1
-    assert not running(pid)
+    assert not process_running(pid)
 
 
 def test_a_handler_spinning_in_python_is_stopped_at_its_timeout_and_failed(spawn, tmp_path):
@@ -124,7 +114,7 @@ def test_a_handler_spinning_in_python_is_stopped_at_its_timeout_and_failed(spawn
     try:
         _, _, pid = first_start(record)
         seen = time.monotonic()
-        wait_for(lambda: not running(pid), timeout=10)
+        wait_for(lambda: not process_running(pid), timeout=10)
         assert time.monotonic() - seen <= 2 + 2
         wait_for(lambda: row(item.pk)["status"] == "failed", timeout=10)
         assert "Timed out" in row(item.pk)["error_message"]
@@ -147,7 +137,7 @@ def test_force_release_stops_the_child_and_the_item_runs_again_without_an_attemp
         assert result.applied
         released = time.monotonic()
         # The renewer finds the lease gone at its next round; the child then gets SIGTERM.
-        wait_for(lambda: not running(pid), timeout=10)
+        wait_for(lambda: not process_running(pid), timeout=10)
         assert time.monotonic() - released <= HEARTBEAT + 2
         # Force-release hands the item back: claimed again (token 2) in a fresh child.
         wait_for(lambda: len(started(record)) == 2, timeout=60)
@@ -157,7 +147,7 @@ def test_force_release_stops_the_child_and_the_item_runs_again_without_an_attemp
     finally:
         summary = parse_summary(stop(proc))
     assert summary["lost"] == 1
-    assert not running(second_pid)  # the worker's shutdown stopped it too
+    assert not process_running(second_pid)  # the worker's shutdown stopped it too
     # A stopped child leaves nothing running: the run is never an abandoned one.
     assert Worker.objects.get().runs_abandoned_total == 0
 
@@ -176,7 +166,7 @@ def test_cancel_stops_a_child_that_ignores_it_after_the_grace_period(spawn, tmp_
         assert held["lease_expires_at"] - first_expiry >= timedelta(seconds=1)
         cancel(item.pk, actor="ops", reason="not needed")
         asked = time.monotonic()
-        wait_for(lambda: not running(pid), timeout=10)
+        wait_for(lambda: not process_running(pid), timeout=10)
         # Seen within a heartbeat interval, ignored for the grace, stopped by SIGTERM.
         assert time.monotonic() - asked <= HEARTBEAT + GRACE + 2
         wait_for(lambda: row(item.pk)["status"] == "cancelled", timeout=10)
@@ -302,7 +292,7 @@ def test_runworker_execution_sets_where_types_that_do_not_choose_run(spawn, tmp_
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
     pid = row(in_child.pk)["output_data"]["pid"]
-    assert pid != proc.pid and not running(pid)  # the worker's child, gone with it
+    assert pid != proc.pid and not process_running(pid)  # the worker's child, gone with it
 
 
 def test_a_force_released_item_is_not_claimed_again_while_its_child_is_being_stopped(
@@ -322,7 +312,7 @@ def test_a_force_released_item_is_not_claimed_again_while_its_child_is_being_sto
             Action.FORCE_RELEASE, item.pk, expected_token=token, actor="ops", reason="hung"
         )
         assert result.applied
-        wait_for(lambda: not running(pid), timeout=stubborn_grace + 10)
+        wait_for(lambda: not process_running(pid), timeout=stubborn_grace + 10)
         wait_for(lambda: len(started(record)) == 2, timeout=60)
         _, second_token, _ = started(record)[1]
         # At most one claim in between: the force-release's own wake-up may claim the

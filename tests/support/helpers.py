@@ -122,3 +122,12 @@ def database_now() -> Any:
     from leasing.sql.runner import database_now as now
 
     return now()
+
+
+def process_running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (ended, not yet reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
