@@ -92,7 +92,8 @@ def test_of_two_expired_items_of_one_key_the_first_returns_and_supersedes_the_ot
 def test_the_sweep_returns_expired_items_of_one_period_key_all_to_pending():
     """A period key's holders overlap by design: the sweep supersedes none of them."""
     first = enqueue("a", "noop", unique_key="k", unique_while=timedelta(seconds=30))
-    WorkItem.objects.filter(pk=first.pk).update(unique_until=database_now())  # its period ended
+    # Its period ended a second ago (an end "now" could tie with the next enqueue's clock).
+    WorkItem.objects.filter(pk=first.pk).update(unique_until=database_now() - timedelta(seconds=1))
     second = enqueue("b", "noop", unique_key="k", unique_while=timedelta(seconds=30))
     assert not second.duplicate
     assert len(LeaseManager("w1").acquire_leases(2)) == 2
