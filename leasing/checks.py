@@ -1,6 +1,6 @@
 """System checks for the leasing app (ids `leasing.E0xx` and `leasing.W0xx`).
 
-E001  settings.LEASING is not valid (one error per bad key, and per bad entry of a *_LIMITS)
+E001  settings.LEASING is not valid (per bad key, bad *_LIMITS entry, key spelt in two cases)
 E002  the heartbeat interval is not below the lease (the default, or a work type's)
 E003  the extender interval is not below its extension
 E004  a SQLite database holding the leasing tables lacks the options the engine needs
@@ -12,7 +12,9 @@ E009  LEASING["LISTEN_DATABASE"] names a database alias that DATABASES lacks, or
 E010  an entry of LEASING["HANDLERS"] cannot be loaded (its path, its options)
 E011  a handler in process execution that a child process cannot import by its dotted path
 E012  an entry of LEASING["RATE_LIMITS"] is not valid (its bucket, its rate or burst)
-E013  (leasing.tasks) a LeasingBackend OPTIONS value: an unknown DATABASE alias, a bad MAX_RETRIES
+E013  (leasing.tasks) a LeasingBackend OPTIONS problem: an unknown DATABASE alias, a bad
+      MAX_RETRIES, LEASE_DURATION or HEARTBEAT, an unknown option, OPTIONS not a dict, or a
+      second leasing backend giving the django.task handler other values than the first
 E014  a database leasing writes through (default, any holding its tables) has AUTOCOMMIT = False
 W001  a database holding the leasing tables is not PostgreSQL
 W002  the heartbeat can give up only after the lease expired
@@ -60,6 +62,11 @@ ENTRY_HINT = (
     "Fix or remove this entry. A process that runs without this check logs it once and "
     "skips it: the other entries apply."
 )
+TWICE_HINT = (
+    "Keep one key per setting, spelt in upper case as in the settings reference "
+    "(docs/reference/settings.md). A process that runs without this check logs this once "
+    "and reads the last spelling."
+)
 
 
 def _read() -> tuple[LeasingSettings, tuple[SettingProblem, ...]]:
@@ -72,16 +79,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     # Bad schedules are leasing.E006 (check_schedules), one error each.
     # Bad rate limits are leasing.E012, one error each.
     messages: list[checks.CheckMessage] = [
-        checks.Error(
-            problem.message, hint=ENTRY_HINT if problem.entry else SETTINGS_HINT, id="leasing.E001"
-        )
+        checks.Error(problem.message, hint=_hint(problem), id="leasing.E001")
         for problem in problems
-        if problem.setting not in ("SCHEDULES", "RATE_LIMITS")
+        if problem.setting not in ("SCHEDULES", "RATE_LIMITS") or problem.spelt_twice
     ]
     messages += [
         checks.Error(problem.message, hint=ENTRY_HINT, id="leasing.E012")
         for problem in problems
-        if problem.setting == "RATE_LIMITS"
+        if problem.setting == "RATE_LIMITS" and not problem.spelt_twice
     ]
     messages += [
         checks.Warning(
@@ -187,6 +192,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return messages
 
 
+def _hint(problem: SettingProblem) -> str:
+    if problem.spelt_twice:
+        return TWICE_HINT
+    return ENTRY_HINT if problem.entry else SETTINGS_HINT
+
+
 def _process_execution(
     conf: LeasingSettings, specs: list[HandlerSpec]
 ) -> list[checks.CheckMessage]:
@@ -241,8 +252,8 @@ def _type_heartbeats(conf: LeasingSettings, specs: list[HandlerSpec]) -> list[ch
                 "lease of the type would expire before its first renewal, and runworker "
                 "refuses to start.",
                 hint="Give the type a heartbeat_interval of about a tenth of its lease "
-                "(in LEASING['HANDLERS'], @leasing.handler or the TASKS backend's OPTIONS), "
-                "or a longer lease_duration.",
+                "(in LEASING['HANDLERS'] or @leasing.handler), or a longer lease_duration "
+                "(for 'django.task': the TASKS backend's OPTIONS LEASE_DURATION).",
                 id="leasing.E002",
             )
         )
@@ -319,7 +330,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
     messages: list[checks.CheckMessage] = [
         checks.Error(problem.message, hint=hint, id="leasing.E006")
         for problem in problems
-        if problem.setting == "SCHEDULES"
+        if problem.setting == "SCHEDULES" and not problem.spelt_twice
     ]
     if conf.allow_unregistered_types or any(not problem.entry for problem in problems):
         return messages

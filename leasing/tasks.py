@@ -10,7 +10,10 @@ with backoff, recovery after a crash. `get_result()` reads the item and its
 
 OPTIONS: `DATABASE` (alias, default "default"), `MAX_RETRIES` (default
 `LEASING["MAX_RETRIES"]`; 0 gives Django's run-once semantics),
-`LEASE_DURATION` and `HEARTBEAT` ("thread" or "beat") for the task handler.
+`LEASE_DURATION` and `HEARTBEAT` ("thread" or "beat") for the task handler
+(one handler: the first leasing backend's). A bad or unknown option, or a second
+leasing backend setting the handler's differently, is leasing.E013, never an
+exception at start-up.
 A task taking context gets a `LeasingTaskContext` with `beat()` and
 `checkpoint()`.
 """
@@ -18,6 +21,7 @@ A task taking context gets a `LeasingTaskContext` with `beat()` and
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +38,13 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from .context import WorkContext
-from .exceptions import PayloadNotSerializable, PermanentError, UnstorableOutput
-from .handlers import registry
+from .exceptions import (
+    LeasingConfigurationError,
+    PayloadNotSerializable,
+    PermanentError,
+    UnstorableOutput,
+)
+from .handlers import build_spec, registry
 from .ids import new_ulid
 from .services.enqueue import enqueue
 from .states import CheckpointType, WorkItemStatus
@@ -67,6 +76,94 @@ NOT_INSTALLED = (
     "TASKS[{alias!r}] uses leasing.tasks.LeasingBackend, but 'leasing' is not in "
     "INSTALLED_APPS: its tables, handlers and workers would not exist."
 )
+
+
+# The backend's OPTIONS, and those of them that configure the one `django.task` handler
+# (as which of its registration options).
+KNOWN_OPTIONS = ("DATABASE", "HEARTBEAT", "LEASE_DURATION", "MAX_RETRIES")
+HANDLER_OPTIONS = {"LEASE_DURATION": "lease_duration", "HEARTBEAT": "heartbeat"}
+
+
+def _leasing_backends() -> list[tuple[str, dict[str, Any]]]:
+    """The TASKS entries (alias, config) that use this backend, in settings order."""
+    configs = getattr(settings, "TASKS", {})
+    if not isinstance(configs, dict):
+        return []
+    return [
+        (alias, config)
+        for alias, config in configs.items()
+        if isinstance(config, dict) and config.get("BACKEND") == BACKEND_PATH
+    ]
+
+
+def _handler_options(alias: str, options: Any) -> tuple[dict[str, Any], list[str]]:
+    """The `django.task` handler's registration options a backend's OPTIONS give, each
+    validated as `registry.register` validates it, and the problems of the bad ones
+    (left out: the handler's default applies)."""
+    valid: dict[str, Any] = {}
+    problems: list[str] = []
+    if not isinstance(options, dict):
+        return valid, problems
+    for key, name in HANDLER_OPTIONS.items():
+        if key not in options:
+            continue
+        value = options[key]
+        try:
+            spec = build_spec(TASK_WORK_TYPE, run_task, **{name: value})
+        except LeasingConfigurationError as exc:
+            problems.append(
+                f"TASKS[{alias!r}]['OPTIONS'][{key!r}] is {value!r}, which the "
+                f"{TASK_WORK_TYPE!r} handler refuses: {exc}"
+            )
+        else:
+            valid[name] = getattr(spec, name)
+    return valid, problems
+
+
+def _unknown_options(alias: str, options: dict[str, Any]) -> list[str]:
+    problems = []
+    for key in options:
+        if key in KNOWN_OPTIONS:
+            continue
+        message = (
+            f"Unknown option TASKS[{alias!r}]['OPTIONS'][{key!r}]. "
+            f"Known options: {', '.join(KNOWN_OPTIONS)}."
+        )
+        close = difflib.get_close_matches(str(key).upper(), KNOWN_OPTIONS, n=1)
+        if close:
+            message += f" Did you mean {close[0]!r}?"
+        problems.append(message)
+    return problems
+
+
+def _handler_conflicts(alias: str, options: dict[str, Any]) -> list[str]:
+    """The handler options this backend sets apart from the first leasing backend's:
+    `django.task` has one handler, registered with the first's (register_task_handler).
+    An option this backend leaves out is the first's, as documented."""
+    backends = _leasing_backends()
+    if not backends or backends[0][0] == alias:
+        return []
+    first, config = backends[0]
+    own, _ = _handler_options(alias, options)  # a bad one is reported as such
+    registered = build_spec(
+        TASK_WORK_TYPE, run_task, **_handler_options(first, config.get("OPTIONS", {}))[0]
+    )
+    problems = []
+    for key, name in HANDLER_OPTIONS.items():
+        if name not in own or own[name] == getattr(registered, name):
+            continue
+        problems.append(
+            f"TASKS[{alias!r}]['OPTIONS'][{key!r}] is {options[key]!r}, but the first "
+            f"leasing backend, TASKS[{first!r}], gives {_shown(getattr(registered, name))}: "
+            f"work type {TASK_WORK_TYPE!r} has one handler, registered with the first "
+            "leasing backend's LEASE_DURATION and HEARTBEAT, so this backend's tasks "
+            "would not run with its own."
+        )
+    return problems
+
+
+def _shown(value: Any) -> str:
+    return "no LEASE_DURATION (the worker's lease)" if value is None else repr(value)
 
 
 def _require_app(alias: str) -> None:
@@ -109,6 +206,12 @@ class LeasingBackend(BaseTaskBackend):
         # so raising would turn leasing.E013 into a traceback. check() reports them,
         # enqueue() and get_result() refuse with the same message.
         self.option_problems: list[str] = []
+        if not isinstance(self.options, dict):
+            self.option_problems.append(
+                f"TASKS[{alias!r}]['OPTIONS'] must be a dict, got {type(self.options).__name__}."
+            )
+            self.options = {}
+        self.option_problems += _unknown_options(alias, self.options)
         using = self.options.get("DATABASE", "default")
         if not isinstance(using, str) or using not in settings.DATABASES:
             known = ", ".join(repr(name) for name in settings.DATABASES) or "none"
@@ -128,6 +231,8 @@ class LeasingBackend(BaseTaskBackend):
             )
             max_retries = None
         self.max_retries: int | None = max_retries
+        self.option_problems += _handler_options(alias, self.options)[1]
+        self.option_problems += _handler_conflicts(alias, self.options)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         messages = list(super().check(**kwargs))
@@ -352,23 +457,20 @@ def run_task(ctx: WorkContext) -> dict[str, Any]:
 
 
 def register_task_handler() -> None:  # called by LeasingConfig.ready()
-    """Register `run_task` for `django.task` when a TASKS backend uses leasing."""
-    options: dict[str, Any] = {}
-    for config in getattr(settings, "TASKS", {}).values():
-        if config.get("BACKEND") == BACKEND_PATH:
-            backend_options = config.get("OPTIONS", {})
-            if "LEASE_DURATION" in backend_options:
-                options["lease_duration"] = backend_options["LEASE_DURATION"]
-            if "HEARTBEAT" in backend_options:
-                options["heartbeat"] = backend_options["HEARTBEAT"]
-            registry.register(TASK_WORK_TYPE, run_task, replace=True, **options)
-            return
+    """Register `run_task` for `django.task` when a TASKS backend uses leasing, with the
+    LEASE_DURATION and HEARTBEAT of the first such backend.
+
+    Never raises: a bad option is left out (the handler's default applies) and is the
+    backend's leasing.E013, as is another leasing backend that sets them differently.
+    """
+    for alias, config in _leasing_backends():
+        options, _ = _handler_options(alias, config.get("OPTIONS", {}))
+        registry.register(TASK_WORK_TYPE, run_task, replace=True, **options)
+        return
 
 
 def uses_leasing_backend() -> bool:
-    return any(
-        config.get("BACKEND") == BACKEND_PATH for config in getattr(settings, "TASKS", {}).values()
-    )
+    return bool(_leasing_backends())
 
 
 __all__ = ["TASK_WORK_TYPE", "LeasingBackend", "LeasingTaskContext", "run_task"]
