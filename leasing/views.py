@@ -11,6 +11,7 @@ import hmac
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -18,6 +19,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 from .conf import get_settings, read_alias
+from .console.unreachable import unreachable
+from .exceptions import DatabaseUnavailable
 from .metrics import render_latest
 
 
@@ -66,7 +69,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     staff session. A wrong, malformed or unexpected token gets 401, a
     logged-in non-staff user 403, and an anonymous browser is sent to the
     admin login. The query string is ignored. GET and HEAD only: any other
-    method gets 405.
+    method gets 405. A database that does not answer (the read database, or
+    the primary) gets 503 and one line saying which and why: the scrape fails
+    rather than report figures from elsewhere.
     """
     token = _bearer_token(request)
     if token is not None or "Authorization" in request.headers:
@@ -77,5 +82,13 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return redirect_to_login(request.get_full_path(), reverse("admin:login"))
     elif not (request.user.is_active and request.user.is_staff):
         raise PermissionDenied
-    body, content_type = render_latest(read_alias())
+    try:
+        body, content_type = render_latest(read_alias())
+    except (DatabaseUnavailable, DatabaseError) as exc:
+        outage = unreachable(exc)
+        if outage is None:
+            raise
+        return HttpResponse(
+            f"{outage.text}\n", status=503, content_type="text/plain; charset=utf-8"
+        )
     return HttpResponse(body, content_type=content_type)

@@ -12,7 +12,7 @@ from django.db.models import ForeignObjectRel, JSONField, QuerySet
 from django.db.models.constants import LOOKUP_SEP
 from django.db.models.fields.related import RelatedField
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 from django.utils.safestring import SafeString
 
 from ..conf import read_alias
@@ -20,6 +20,7 @@ from . import display
 from .changelist import LeasingChangeList, exact_search
 from .guards import first_unstorable, refusal_message, storable
 from .paginator import EstimatedCountPaginator
+from .views.unreachable import answering_when_unreachable
 
 if TYPE_CHECKING:
     # django-stubs' name for what get_fields returns: names, or groups of names on a line.
@@ -44,7 +45,9 @@ class ReadOnlyAdmin(_ModelAdmin):
     """Rows written only by the services: viewable, never added, changed or deleted here.
 
     Every view first refuses parameters the database cannot store, with a
-    message instead of a database error.
+    message instead of a database error; a database that does not answer
+    (`LEASING["READ_DATABASE"]` or the primary) makes any of its pages a 503
+    page saying which and why, never a 500 (`views.unreachable`).
     """
 
     show_full_result_count = False
@@ -68,6 +71,14 @@ class ReadOnlyAdmin(_ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # deleting an item would cascade to its audit trail
+
+    def console_urls(self) -> list[URLPattern]:
+        """The admin's pages besides Django's list, item and history pages."""
+        return []
+
+    def get_urls(self) -> list[URLPattern]:
+        urls = [*self.console_urls(), *super().get_urls()]
+        return answering_when_unreachable(urls, self.admin_site)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # Lists and item pages display rows: they read from LEASING["READ_DATABASE"]

@@ -13,6 +13,8 @@
   hierarchy of a large list is derived from the bounds of the index.
 * Input the database cannot store (a NUL byte in an id, a filter or a
   selected row) is refused with a message before any query (`base`).
+* A database that does not answer (`LEASING["READ_DATABASE"]`, the primary)
+  makes any of their pages a 503 page saying which and why (`base.ReadOnlyAdmin`).
 """
 
 from __future__ import annotations
@@ -302,15 +304,12 @@ class WorkItemAdmin(ReadOnlyAdmin):
         ("pauses/", views.pauses_view, "pauses"),
     )
 
-    def get_urls(self) -> list[URLPattern]:
+    def console_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         wrap = self.admin_site.admin_view
         return [
-            *(
-                path(route, wrap(partial(view, model_admin=self)), name=f"{prefix}_{suffix}")
-                for route, view, suffix in self.console_views
-            ),
-            *super().get_urls(),
+            path(route, wrap(partial(view, model_admin=self)), name=f"{prefix}_{suffix}")
+            for route, view, suffix in self.console_views
         ]
 
     def render_change_form(

@@ -17,7 +17,8 @@ index so the pages stay fast on tables of millions of rows:
 * `choices`: work types and queues offered by the list filters;
 * `charts`, `tiles` and `strip`: the inline SVG charts, the tiles and the status strip;
 * `dashboard`: every figure of the dashboard page against one clock reading;
-* `replica`: how far the read database (`LEASING["READ_DATABASE"]`) is behind.
+* `replica`: how far the read database (`LEASING["READ_DATABASE"]`) is behind;
+* `unreachable`: which database a page could not read, and the driver's reason.
 
 Every function reads the alias its caller passes (`using`); the views pass
 `leasing.conf.read_alias()`, so with a read replica configured the whole

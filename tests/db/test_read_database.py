@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import re
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -230,3 +231,110 @@ def test_retrying_an_error_group_confirms_on_the_replica_and_acts_on_the_primary
     assert Checkpoint.objects.filter(
         work_item_id=scenario.failed, checkpoint_type="state_transition"
     ).exists()
+
+
+# --- an unreachable read database: a 503 that says so, never a 500 ----------------------------
+
+DOWN = "down"
+# On PostgreSQL a port nothing listens on; on SQLite a file that cannot be opened.
+SQLITE_UNOPENABLE = "/nonexistent/leasing-read-database/replica.sqlite3"
+
+down_declared = pytest.mark.django_db(transaction=True, databases=["default", DOWN])
+
+
+def closed_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on (bound once, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="class")
+def down_alias(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    """`DATABASES["down"]`: an entry whose server never answers, for one class of tests.
+
+    A test mirror of `default` to Django's test case (which then neither flushes
+    it nor opens a transaction on it); other tests of the module never see it
+    (`Seen` connects to every alias).
+    """
+    settings_dict = copy.deepcopy(connections["default"].settings_dict)
+    settings_dict["TEST"] = {**settings_dict.get("TEST", {}), "MIRROR": "default"}
+    if settings_dict["ENGINE"].endswith("sqlite3"):
+        settings_dict["NAME"] = SQLITE_UNOPENABLE
+    else:
+        settings_dict |= {"HOST": "127.0.0.1", "PORT": str(closed_port())}
+        settings_dict["OPTIONS"] = {**settings_dict.get("OPTIONS", {}), "connect_timeout": 3}
+    connections.settings[DOWN] = settings_dict
+    try:
+        yield DOWN
+    finally:
+        with django_db_blocker.unblock():
+            connections[DOWN].close()
+        del connections[DOWN]
+        del connections.settings[DOWN]
+
+
+def assert_unreachable_page(response: Any, alias: str = DOWN) -> str:
+    """A 503 naming the alias and the driver's reason in one line, with no traceback."""
+    html = response.content.decode()
+    assert response.status_code == 503, html[:500]
+    assert f"The read database <code>{alias}</code> is unreachable" in html
+    assert re.search(r'data-leasing-unreachable-reason="OperationalError: [^"\n]+"', html)
+    assert "READ_DATABASE" in html  # what the operator can do
+    assert "Traceback" not in html and 'File "' not in html
+    assert response["Cache-Control"].startswith("max-age=0")
+    return html
+
+
+@down_declared
+class TestUnreachableReadDatabase:
+    @pytest.fixture(autouse=True)
+    def read_from_down(self, down_alias: str, leasing_settings: Callable[..., None]) -> None:
+        leasing_settings(READ_DATABASE=down_alias)
+
+    def test_console_pages_answer_503_and_write_nothing(self):
+        client = client_with(*VIEW_ALL)
+        item = WorkItem.objects.create(task_id="t-down", work_type="noop")  # on the primary
+        pages = {
+            "dashboard": dashboard_url(),
+            "list": changelist_url(),
+            "filtered list": changelist_url("lease_health=stale"),
+            "change page": change_url(item.pk),
+            "item history": reverse("admin:leasing_workitem_history", args=[item.pk]),
+            "timeline": timeline_url("t-down"),
+            "history": reverse("admin:leasing_workitem_history"),
+            "errors": reverse("admin:leasing_workitem_errors"),
+            "retry a group": reverse("admin:leasing_workitem_errors_retry") + f"?key={'0' * 16}",
+            "checkpoints": reverse("admin:leasing_checkpoint_changelist"),
+            "checkpoint": reverse("admin:leasing_checkpoint_change", args=["1"]),
+            "idempotency keys": reverse("admin:leasing_idempotencykey_changelist"),
+            "idempotency key": reverse("admin:leasing_idempotencykey_change", args=["key-1"]),
+            "workers": reverse("admin:leasing_worker_changelist"),
+            "worker page": reverse("admin:leasing_worker_change", args=["w-down"]),
+        }
+        for page, url in pages.items():
+            response = client.get(url)
+            assert response.status_code == 503, page
+            assert_unreachable_page(response)
+        assert WorkItem.objects.get(pk=item.pk).status == "pending"
+        assert not Checkpoint.objects.exists()
+        # Who may not see the console never sees the alias or the reason either.
+        anonymous = Client().get(dashboard_url())
+        assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
+        outsider = Client()
+        outsider.force_login(make_user("outsider", staff=False))
+        assert outsider.get(dashboard_url()).status_code == 302
+
+    def test_the_live_refresh_gets_a_503_and_keeps_its_panels(self):
+        # console.js answers any status but 2xx with "refresh failed (HTTP 503); retrying"
+        # and leaves the panels it shows: never a state fresher than the database's.
+        response = client_with(*VIEW_ALL).get(dashboard_url(), HTTP_X_LEASING_FRAGMENT="1")
+        assert "data-leasing-panel" not in assert_unreachable_page(response)
+
+    def test_metrics_answer_503_in_one_line(self):
+        response = client_with(*VIEW_ALL).get(reverse("leasing:metrics"))
+        assert response.status_code == 503
+        assert response["Content-Type"].startswith("text/plain")
+        [line] = response.content.decode().splitlines()
+        assert f"read database '{DOWN}'" in line and "unreachable" in line
+        assert "OperationalError: " in line and "Traceback" not in line

@@ -11,14 +11,23 @@ tests). A real streaming replica, behind and paused, is tests/ha/test_replica.py
 
 from __future__ import annotations
 
+import sqlite3
+from typing import Any
+
 import pytest
 from django.core import checks
+from django.db import DatabaseError, OperationalError, ProgrammingError, connections
+from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
 
 from leasing.checks import check_settings
 from leasing.conf import WRITE_DATABASE, read_alias, read_settings
 from leasing.console.replica import ReplicaLag, parse_lsn
+from leasing.console.unreachable import Unreachable, unreachable
+from leasing.exceptions import DatabaseUnavailable
 
 REPLICA = "replica"
+# A SQLite file in a directory that does not exist: a database that never opens.
+UNOPENABLE = "/nonexistent/leasing-read-database/x.sqlite3"
 
 
 # --- the setting and its check --------------------------------------------------------------
@@ -68,3 +77,50 @@ def test_lag_text_says_what_was_measured():
 
 
 # --- operator actions decide and write on the primary ---------------------------------------
+
+
+# --- a read database that does not answer ----------------------------------------------------
+
+
+def refused(alias: str, django_db_blocker: Any) -> DatabaseError:
+    """What Django raises when the connection of `alias` cannot be opened."""
+    settings_dict = {**connections["default"].settings_dict, "NAME": UNOPENABLE, "OPTIONS": {}}
+    wrapper = SQLiteWrapper({**settings_dict, "ENGINE": "django.db.backends.sqlite3"}, alias)
+    with django_db_blocker.unblock(), pytest.raises(DatabaseError) as caught:
+        wrapper.ensure_connection()
+    return caught.value
+
+
+def test_an_outage_names_the_database_that_did_not_answer(leasing_settings, django_db_blocker):
+    leasing_settings(READ_DATABASE=REPLICA)
+    reason = "OperationalError: unable to open database file"
+    outage = unreachable(refused(REPLICA, django_db_blocker))
+    assert outage == Unreachable(REPLICA, reason, read_database=True)
+    assert outage.text.startswith(f"The read database 'replica' (LEASING['READ_DATABASE']) is "
+                                  f"unreachable: {reason}.")  # fmt: skip
+    assert "remove READ_DATABASE" in outage.text and "\n" not in outage.text
+    # The primary failing while the console reads a replica is not the replica's fault.
+    primary = unreachable(refused("default", django_db_blocker))
+    assert primary == Unreachable("default", reason, read_database=False)
+    assert "READ_DATABASE" not in primary.text
+    # As `leasing.sql.runner` raises it: the reason is the driver's, not the wrapper's.
+    cause = refused(REPLICA, django_db_blocker)
+    try:
+        raise DatabaseUnavailable(f"Database unavailable: {cause}") from cause
+    except DatabaseUnavailable as exc:
+        assert unreachable(exc) == outage
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OperationalError("database is locked"),  # a lock conflict: run it again, no outage
+        OperationalError("no such table: work_items"),  # a schema problem: a real error
+        ProgrammingError("syntax error"),
+    ],
+)
+def test_errors_that_are_no_outage_stay_errors(error):
+    try:
+        raise error from sqlite3.OperationalError(str(error))
+    except DatabaseError as exc:
+        assert unreachable(exc) is None

@@ -1,0 +1,91 @@
+"""A page whose database does not answer: a 503 saying which database and why.
+
+Every URL of the leasing ModelAdmins and console views is wrapped
+(`answering_when_unreachable`, from `WorkItemAdmin.get_urls` and its kin). When
+the read database (`LEASING["READ_DATABASE"]`) or the primary does not answer,
+the page is `admin/leasing/unreachable.html` with status 503: the alias, the
+driver's one-line reason and what the operator can do; nothing was written,
+and no figure is shown from another database instead. The page's template is
+rendered inside the wrapper, so a query a template runs is caught too. The
+live refresh (leasing/console.js) takes a 503 as "refresh failed" and keeps
+the panels it shows, marked as not refreshed.
+
+The wrapper sits outside `AdminSite.admin_view`: a caller the admin does not
+let in (or cannot tell, the primary being down) gets a bare 503 line without
+the alias or the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.contrib.admin import AdminSite
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse
+from django.template.response import SimpleTemplateResponse, TemplateResponse
+from django.urls import URLPattern
+from django.utils.cache import add_never_cache_headers
+
+from ...conf import WRITE_DATABASE
+from ...console.unreachable import Unreachable, unreachable
+from ...exceptions import DatabaseUnavailable
+
+TEMPLATE = "admin/leasing/unreachable.html"
+BARE = "A database the admin reads does not answer; nothing was changed. Try again later.\n"
+
+
+def answer_when_unreachable(
+    view: Callable[..., HttpResponse], site: AdminSite
+) -> Callable[..., HttpResponse]:
+    """`view`, answering a database that does not answer with the 503 page."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            response = view(request, *args, **kwargs)
+            if isinstance(response, SimpleTemplateResponse):
+                response.render()  # a lazy queryset runs here, inside the try
+            return response
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            outage = unreachable(exc)
+            if outage is None:
+                raise
+        return unreachable_response(request, site, outage)
+
+    return wrapper
+
+
+def answering_when_unreachable(urls: Iterable[URLPattern], site: AdminSite) -> list[URLPattern]:
+    """The URL patterns with each view wrapped by `answer_when_unreachable`."""
+    return [
+        URLPattern(
+            url.pattern, answer_when_unreachable(url.callback, site), url.default_args, url.name
+        )
+        for url in urls
+    ]
+
+
+def unreachable_response(
+    request: HttpRequest, site: AdminSite, outage: Unreachable
+) -> HttpResponse:
+    """The 503 page for staff; a bare 503 line for anyone else."""
+    try:
+        response = _page(request, site, outage) if site.has_permission(request) else None
+    except (DatabaseUnavailable, DatabaseError):
+        response = None  # the primary (sessions, users, permissions) does not answer either
+    if response is None:
+        response = HttpResponse(BARE, status=503, content_type="text/plain; charset=utf-8")
+    add_never_cache_headers(response)
+    return response
+
+
+def _page(request: HttpRequest, site: AdminSite, outage: Unreachable) -> HttpResponse:
+    context = {
+        **site.each_context(request),
+        "title": "Read database unreachable" if outage.read_database else "Database unreachable",
+        "outage": outage,
+        "primary": WRITE_DATABASE,
+    }
+    return TemplateResponse(request, TEMPLATE, context, status=503).render()
