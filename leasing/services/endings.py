@@ -13,7 +13,8 @@ checkpoint saying what it did (nothing is written if the lease moved on):
   connection cannot loop forever;
 * `time_out_attempt`: the handler ran into its lease's deadline (its type's
   `timeout` or `MAX_LEASE_LIFETIME`): retried or failed by the type's
-  `on_lease_expired` policy, with "Timed out after N s".
+  `on_lease_expired` policy, with "Timed out after N s" (and "- retry n/m"
+  when retried; never for an item asked to stop, which ends cancelled).
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 
 from ..exceptions import UnstorableOutput
+from ..sql import work_items as sql
+from ..sql.runner import run_one, translate_db_errors
 from ..sql.snapshots import MAX_TRACEBACK_CHARS, clean_text, error_boundary
 from ..states import CheckpointType, WorkItemStatus
+from ..storage import storage_for
 from .checkpoints import record_checkpoint
 from .held import Lease, ReleaseOutcome
 from .terms import error_text
@@ -103,13 +107,28 @@ def fail_attempt(
     elapsed_ms: float | None = None,
 ) -> ReleaseOutcome:
     """End the attempt and record it; `LeaseLostError` if the lease moved on."""
-    message = error_text(error)
     with transaction.atomic(using=manager.using):
-        outcome = manager.end_attempt(
-            lease.key, retry=retry, error=message, retry_count=lease.retry_count
+        return _end_attempt(
+            manager, lease, error, retry=retry, reason=reason, elapsed_ms=elapsed_ms
         )
-        _record(manager, lease, outcome, message, reason=reason, error=error, elapsed_ms=elapsed_ms)
-        return outcome
+
+
+def _end_attempt(
+    manager: LeaseManager,
+    lease: Lease,
+    error: BaseException | str,
+    *,
+    retry: bool,
+    reason: str,
+    elapsed_ms: float | None,
+) -> ReleaseOutcome:
+    """`fail_attempt` inside the caller's transaction."""
+    message = error_text(error)
+    outcome = manager.end_attempt(
+        lease.key, retry=retry, error=message, retry_count=lease.retry_count
+    )
+    _record(manager, lease, outcome, message, reason=reason, error=error, elapsed_ms=elapsed_ms)
+    return outcome
 
 
 def interrupt_attempt(
@@ -139,10 +158,27 @@ def interrupt_attempt(
 def time_out_attempt(
     manager: LeaseManager, lease: Lease, *, retry: bool, elapsed_ms: float | None = None
 ) -> ReleaseOutcome:
-    """End an attempt that reached its lease's deadline."""
+    """End an attempt that reached its lease's deadline.
+
+    The retry note is promised only to an item that goes back to pending: one
+    asked to stop ends cancelled (read under the row's lock, in the ending's
+    transaction, so a request that comes in meanwhile cannot contradict it).
+    """
     message = f"Timed out after {round(lease.cap_seconds)} s"
-    if retry and lease.retry_count < lease.max_retries:
-        message += f" - retry {lease.retry_count + 1}/{lease.max_retries}"
-    return fail_attempt(
-        manager, lease, message, retry=retry, reason="timed_out", elapsed_ms=elapsed_ms
+    with transaction.atomic(using=manager.using):
+        if retry and lease.retry_count < lease.max_retries and not _asked_to_stop(manager, lease):
+            message += f" - retry {lease.retry_count + 1}/{lease.max_retries}"
+        return _end_attempt(
+            manager, lease, message, retry=retry, reason="timed_out", elapsed_ms=elapsed_ms
+        )
+
+
+def _asked_to_stop(manager: LeaseManager, lease: Lease) -> bool:
+    """Whether the held item was asked to stop, its row locked for the ending that follows
+    (False if the lease moved on: the ending then says so)."""
+    statement = sql.asked_to_stop(
+        storage_for(manager.using), manager.worker_id, lease.work_item_id, lease.token
     )
+    with translate_db_errors():
+        row = run_one(manager.using, statement)
+    return row is not None and bool(row["asked"])

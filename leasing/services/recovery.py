@@ -2,9 +2,9 @@
 
 One transaction per batch: the storage recovers it (`Storage.recover`: on
 PostgreSQL two statements, on SQLite a read and an update plus the
-checkpoints); an item failed for good that others depend on fails its
-dependents (those that chose to) in the same transaction; the
-`lease_expired` signal goes out once it commits.
+checkpoints); an item failed for good (or cancelled: it was asked to stop)
+that others depend on fails its dependents (those that chose to) in the same
+transaction; the `lease_expired` signal goes out once it commits.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from .dependencies import settle
 class BatchOutcome:
     found: int = 0  # expired rows taken
     requeued: int = 0
-    failed: int = 0
+    failed: int = 0  # failed for good
+    cancelled: int = 0  # asked to stop: ended cancelled
     checkpoints: int = 0
 
 
@@ -63,6 +64,7 @@ def recover_batch(
         found=recovered.found,
         requeued=recovered.requeued,
         failed=recovered.failed,
+        cancelled=recovered.cancelled,
         checkpoints=recovered.checkpoints,
     )
 

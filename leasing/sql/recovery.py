@@ -1,13 +1,15 @@
 """The sweep's statement pieces: how a batch of expired leases is recovered.
 
 For each `in_progress` item whose lease ran out (database clock), in one
-conditional UPDATE per batch: back to `pending` with `retry_count + 1` while
-retries remain and the work type allows a retry after an expired lease,
-otherwise `failed` for good; one `error_boundary` checkpoint per item in the
-same transaction. The UPDATE re-checks the token (and on SQLite the status
-and the expiry), so an item its worker renewed or completed a moment earlier
-is left alone. A lease that ran into its deadline (the handler's timeout or
-`MAX_LEASE_LIFETIME`) is reported as "Timed out after N s".
+conditional UPDATE per batch: `cancelled` if it had been asked to stop
+(`leasing.cancel()`; never retried, and counted apart from the failures),
+else back to `pending` with `retry_count + 1` while retries remain and the
+work type allows a retry after an expired lease, otherwise `failed` for good;
+one `error_boundary` checkpoint per item in the same transaction. The UPDATE
+re-checks the token (and on SQLite the status and the expiry), so an item its
+worker renewed or completed a moment earlier is left alone. A lease that ran
+into its deadline (the handler's timeout or `MAX_LEASE_LIFETIME`) is reported
+as "Timed out after N s".
 
 Each database runs them its own way (`Storage.recover`): PostgreSQL locks a
 batch with SKIP LOCKED and recovers it by row address in one statement with
@@ -15,8 +17,8 @@ its checkpoints; SQLite reads and updates inside its one write lock.
 
 Passing through the `expired` status: the CHECK constraint allows it, as the
 original schema lists it, but recovery moves an item from `in_progress`
-straight to `pending` or `failed` inside one statement, so no row ever rests
-in it.
+straight to `pending`, `failed` or `cancelled` inside one statement, so no
+row ever rests in it.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ def error_message(d: Storage, c: str = "c", w: str = "w") -> str:
         f"' - retry ' || CAST({w}.retry_count + 1 AS {cast}) || '/' "
         f"|| CAST({w}.max_retries AS {cast})"
     )
+    # An item asked to stop is never retried (`will_retry` is 0): its message, which
+    # `attempt_ended_set` wraps in "Cancelled as asked; ...", carries no retry note.
     return f"""CASE
-        WHEN {w}.cancel_requested_at IS NOT NULL THEN 'its lease expired'
         WHEN {c}.timed_out = 1 THEN 'Timed out after ' || CAST({c}.cap_seconds AS {cast}) || ' s'
              || CASE WHEN {c}.will_retry = 1 THEN {retry} ELSE '' END
+        WHEN {w}.cancel_requested_at IS NOT NULL THEN 'its lease expired'
         WHEN {c}.will_retry = 1 THEN 'Lease expired' || {retry}
         WHEN {c}.fail_policy = 1 THEN %s
         ELSE %s END"""

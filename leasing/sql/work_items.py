@@ -36,6 +36,7 @@ PENDING = quoted(T.PENDING)
 IN_PROGRESS = quoted(T.IN_PROGRESS)
 COMPLETED = quoted(T.COMPLETED)
 FAILED = quoted(T.FAILED)
+CANCELLED = quoted(T.CANCELLED)
 
 # What a claim returns: everything a `Lease` carries, in its field order (the
 # holder aside); `held.leases_from_rows` reads them by position.
@@ -316,6 +317,20 @@ def cancel_requests(d: Storage, holder: str) -> Statement:
         WHERE lease_holder = %s AND status = {IN_PROGRESS} AND cancel_requested_at IS NOT NULL
     """
     return sql, [holder]
+
+
+def asked_to_stop(d: Storage, holder: str, item_id: str, token: int) -> Statement:
+    """Whether a held lease's item was asked to stop (no row: the lease moved on).
+
+    The row stays locked until the transaction ends (SQLite's IMMEDIATE
+    transaction holds the only write lock), so no request to stop comes in
+    between this read and the ending the transaction writes next.
+    """
+    sql = f"""
+        SELECT CASE WHEN {cancel_requested()} THEN 1 ELSE 0 END AS asked FROM work_items
+        WHERE work_item_id = %s AND {fence()} {d.row_lock("NO KEY UPDATE")}
+    """
+    return sql, [item_id, holder, token]
 
 
 def lease_state(d: Storage, item_id: str) -> Statement:

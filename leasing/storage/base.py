@@ -50,9 +50,10 @@ class Recovered:
 
     found: int = 0  # expired rows taken
     requeued: int = 0
-    failed: int = 0
+    failed: int = 0  # failed for good
+    cancelled: int = 0  # asked to stop (`leasing.cancel()`): ended cancelled, not failed
     checkpoints: int = 0
-    # Failed for good with dependents: the caller settles them next.
+    # Ended for good (failed, or cancelled as asked) with dependents: the caller settles them.
     failed_with_dependents: tuple[str, ...] = ()
     # [id, holder, token, status, timed out] per recovered item (for the signal).
     items: tuple[list[Any], ...] = ()

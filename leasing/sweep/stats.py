@@ -14,13 +14,15 @@ class RecoveryStats:
 
     `expired_found` counts the expired rows this sweep locked (rows another
     sweep had locked are that sweep's); each is either `recovered` (back to
-    `pending`) or `failed` for good, so across concurrent sweeps the sums add
-    up to the number of items that expired.
+    `pending`), `failed` for good, or `cancelled` (it had been asked to stop,
+    `leasing.cancel()`: not retried, and not a failure), so across concurrent
+    sweeps the sums add up to the number of items that expired.
     """
 
     expired_found: int = 0
     recovered: int = 0  # re-queued as pending
     failed: int = 0  # failed for good
+    cancelled: int = 0  # ended cancelled, as asked
     checkpoints_created: int = 0
     errors: int = 0
     scan_duration_ms: float = 0.0
@@ -53,7 +55,8 @@ COUNTED = tuple(
 def describe(stats: RecoveryStats) -> str:
     """One human-readable line for a pass."""
     return (
-        f"{stats.expired_found} expired: {stats.recovered} re-queued, {stats.failed} failed; "
+        f"{stats.expired_found} expired: {stats.recovered} re-queued, {stats.failed} failed, "
+        f"{stats.cancelled} cancelled; "
         f"{stats.checkpoints_created} checkpoints written, {stats.checkpoints_deleted} pruned; "
         f"{stats.keys_expired} idempotency keys expired; {stats.workers_lost} workers lost; "
         f"{stats.errors} errors; {stats.scan_duration_ms:.0f} ms"

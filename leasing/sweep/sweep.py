@@ -206,6 +206,7 @@ class RecoverySweep:
             counts["expired_found"] += outcome.found
             counts["recovered"] += outcome.requeued
             counts["failed"] += outcome.failed
+            counts["cancelled"] += outcome.cancelled
             counts["checkpoints_created"] += outcome.checkpoints
             if outcome.found < self.batch_size:
                 break
@@ -235,7 +236,7 @@ class RecoverySweep:
     def _isolate(self, counts: dict[str, Any], skipped: list[str]) -> BatchOutcome:
         """Recover the next batch's rows one at a time, skipping (and listing) those that fail."""
         ids = expired_ids(self.using, self.batch_size, exclude=skipped)
-        found = requeued = failed = checkpoints = 0
+        found = requeued = failed = cancelled = checkpoints = 0
         for item_id in ids:
             conflicts = 0
             while True:
@@ -260,11 +261,16 @@ class RecoverySweep:
                 found += 1
                 requeued += outcome.requeued
                 failed += outcome.failed
+                cancelled += outcome.cancelled
                 checkpoints += outcome.checkpoints
                 break
         # Rows that failed count as found (the batch ends when fewer than a batch remain).
         return BatchOutcome(
-            found=len(ids), requeued=requeued, failed=failed, checkpoints=checkpoints
+            found=len(ids),
+            requeued=requeued,
+            failed=failed,
+            cancelled=cancelled,
+            checkpoints=checkpoints,
         )
 
     def _cleanup(self, counts: dict[str, Any]) -> None:

@@ -90,7 +90,7 @@ def test_an_expired_lease_of_an_item_asked_to_stop_is_cancelled_not_retried():
     cancel(item.pk, actor="ops", reason="stop")
     expire(item.pk)
     stats = sweep().scan_and_recover()
-    assert (stats.recovered, stats.failed) == (0, 1)
+    assert (stats.recovered, stats.failed, stats.cancelled) == (0, 0, 1)
     r = row(item.pk)
     assert (r["status"], r["retry_count"]) == ("cancelled", 0)
     assert r["error_message"].startswith("Cancelled as asked; the run ended with: its lease")

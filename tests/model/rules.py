@@ -170,8 +170,11 @@ class LeasingMachine(ModelMachine):
         expired = [i.id for i in self.ref.with_status(IN_PROGRESS) if i.expired]
         stats = self.sweep_pass.scan_and_recover()
         assert stats.errors == 0, f"the sweep pass had {stats.errors} error(s)"
-        assert (stats.expired_found, stats.recovered + stats.failed) == (len(expired),) * 2
+        ended = stats.recovered + stats.failed + stats.cancelled
+        assert (stats.expired_found, ended) == (len(expired),) * 2
         after = db.rows()
+        asked = [i for i in expired if self.ref.items[i].cancel_requested]
+        assert stats.cancelled == len(asked), f"cancelled {stats.cancelled}, asked to stop {asked}"
         left_pending = {i for i in expired if after[i]["status"] == PENDING}
         superseded = {
             i

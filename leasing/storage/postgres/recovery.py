@@ -17,7 +17,7 @@ from ...sql.recovery import decisions, pick_filter, recovered_set, superseded
 from ...sql.runner import Statement, load_json, run_one
 from ...sql.snapshots import error_boundary_sql
 from ...sql.unique import other_holder
-from ...sql.work_items import IN_PROGRESS, PENDING
+from ...sql.work_items import CANCELLED, FAILED, IN_PROGRESS, PENDING
 from ..base import Pick, Recovered
 from .claims import task_locks
 
@@ -60,6 +60,7 @@ def recover(
         found=found,
         requeued=counts.get("requeued", 0),
         failed=counts.get("failed", 0),
+        cancelled=counts.get("cancelled", 0),
         checkpoints=counts.get("checkpoints", 0),
         failed_with_dependents=tuple(counts.get("failed_with_dependents") or ()),
         items=tuple(load_json(counts.get("items")) or ()),
@@ -120,12 +121,12 @@ def recover_locked(
 ) -> Statement:
     """Step 2: recover the locked rows, write their checkpoints, wake workers.
 
-    Returns one row of counts (requeued, failed, checkpoints) and the ids of
-    the failed items something depends on: nothing else travels per item,
-    unless `report_items` asks for the recovered items (for the
-    `lease_expired` signal) as one JSON array. Each task's last sequence
-    number is read in `c`, which is complete before the first checkpoint is
-    inserted.
+    Returns one row of counts (requeued, failed, cancelled, checkpoints) and
+    the ids of the ended items (failed or cancelled) something depends on:
+    nothing else travels per item, unless `report_items` asks for the
+    recovered items (for the `lease_expired` signal) as one JSON array. Each
+    task's last sequence number is read in `c`, which is complete before the
+    first checkpoint is inserted.
     """
     set_sql, set_params = recovered_set(d)
     fail_sql = "work_type = ANY(%s::text[])"
@@ -139,7 +140,7 @@ def recover_locked(
         snapshot = error_boundary_sql(
             {
                 "error": "r.error_message",
-                "reason": f"""CASE WHEN r.status = 'cancelled' THEN 'cancelled'
+                "reason": f"""CASE WHEN r.status = {CANCELLED} THEN 'cancelled'
                     WHEN c.will_retry = 1 AND r.status <> {PENDING} THEN 'superseded'
                     WHEN c.timed_out = 1 THEN 'timed_out' ELSE 'lease_expired' END""",
                 "worker_id": "c.lease_holder",
@@ -190,8 +191,10 @@ def recover_locked(
                       w.queue_name, w.updated_at, w.has_dependents
         ){checkpoints_sql}
         SELECT count(*) FILTER (WHERE status = {PENDING}) AS requeued,
-               count(*) FILTER (WHERE status <> {PENDING}) AS failed,
-               -- Failed items that others depend on: the service settles them next.
+               count(*) FILTER (WHERE status = {FAILED}) AS failed,
+               count(*) FILTER (WHERE status = {CANCELLED}) AS cancelled,
+               -- Ended items (failed or cancelled) that others depend on: the service
+               -- settles them next.
                array_agg(work_item_id) FILTER (WHERE status <> {PENDING} AND has_dependents)
                    AS failed_with_dependents,
                {"(SELECT count(*) FROM written)" if checkpoint_ids is not None else "0"}

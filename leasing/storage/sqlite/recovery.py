@@ -54,7 +54,8 @@ def recover(
     return Recovered(
         found=len(candidates),
         requeued=sum(1 for _, r in recovered if r["status"] == WorkItemStatus.PENDING),
-        failed=sum(1 for _, r in recovered if r["status"] != WorkItemStatus.PENDING),
+        failed=sum(1 for _, r in recovered if r["status"] == WorkItemStatus.FAILED),
+        cancelled=sum(1 for _, r in recovered if r["status"] == WorkItemStatus.CANCELLED),
         checkpoints=created,
         # Ended (failed, or cancelled as asked): their dependents follow, as on PostgreSQL.
         failed_with_dependents=tuple(
