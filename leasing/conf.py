@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -351,11 +352,15 @@ def read_settings(
     known = {f.name for f in dataclasses.fields(LeasingSettings)}
     values: dict[str, Any] = {}
     entries: dict[str, Any] = {}
-    problems: list[SettingProblem] = []
+    problems: list[SettingProblem] = list(_spelt_twice(overrides, known))
+    # Keys are read whatever their case: of two spellings of one setting, the last applies.
+    last = {str(raw_key).lower(): raw_key for raw_key in overrides}
     for raw_key, value in overrides.items():
         name = str(raw_key).lower()
         if name.upper() in RETIRED:
             continue  # leasing.W005 (retired_keys)
+        if name in known and last[name] is not raw_key:
+            continue  # spelt again later: _spelt_twice
         if name not in known:
             choices = ", ".join(sorted(n.upper() for n in known))
             message = f"Unknown setting LEASING[{raw_key!r}]. Known settings: {choices}."
@@ -381,6 +386,31 @@ def read_settings(
     return LeasingSettings(**values), tuple(problems)
 
 
+def _spelt_twice(overrides: dict[Any, Any], known: set[str]) -> Iterator[SettingProblem]:
+    """A problem for each setting LEASING holds under keys that differ only in case.
+
+    Keys are matched case-insensitively, so only the last of them is read and the
+    others would be dropped without a word. The check refuses it (leasing.E001);
+    a process that runs anyway logs it once and reads the last spelling, as it
+    always did, so it does not stop work over it.
+    """
+    spellings: dict[str, list[str]] = {}
+    for raw_key in overrides:
+        name = str(raw_key).lower()
+        if name in known:
+            spellings.setdefault(name, []).append(str(raw_key))
+    for name, keys in spellings.items():
+        if len(keys) < 2:
+            continue
+        shown = ", ".join(repr(key) for key in keys)
+        message = (
+            f"settings.LEASING sets {name.upper()} {len(keys)} times, as {shown}: keys are "
+            f"read whatever their case, so only the last, {keys[-1]!r}, applies and the "
+            "others are ignored."
+        )
+        yield setting_entries.SettingProblem(name.upper(), message, entry=True, spelt_twice=True)
+
+
 def retired_keys(overrides: Any) -> list[str]:
     """The keys of `settings.LEASING` this release no longer reads (see RETIRED)."""
     if not isinstance(overrides, dict):
@@ -404,7 +434,8 @@ def _runtime_settings(overrides: dict[str, Any] | None) -> LeasingSettings:
         if not problem.entry:
             raise problem.error()
     for problem in problems:
-        logger.error("%s Skipped; the rest of LEASING applies (manage.py check).", problem.message)
+        kept = "The last spelling applies" if problem.spelt_twice else "Skipped"
+        logger.error("%s %s; the rest of LEASING applies (manage.py check).", problem.message, kept)
     return conf
 
 

@@ -32,11 +32,16 @@ class SettingProblem:
     whole setting when it is not a dict); at run time it is logged once and
     skipped, and the rest of the settings apply. Any other problem makes the
     settings unusable: every use of them raises it.
+
+    `spelt_twice` (an `entry` problem too): LEASING holds the setting under keys
+    that differ only in case; at run time it is logged once and the last
+    spelling applies (`conf.read_settings`).
     """
 
     setting: str  # the key of LEASING, upper case ("QUEUE_LIMITS")
     message: str
     entry: bool = False
+    spelt_twice: bool = False
 
     def error(self) -> LeasingConfigurationError:
         if self.setting == "SCHEDULES":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
@@ -161,3 +162,56 @@ def test_non_postgres_database_is_warned_about_whatever_debug_says(settings, ven
         assert warning.id == "leasing.W001"
         assert "SKIP LOCKED" in warning.msg
         assert "leasing.W001" in warning.hint  # how to silence it on purpose
+
+
+# --- one setting under two spellings -----------------------------------------------------
+
+
+def test_a_setting_spelt_in_two_cases_is_an_error_naming_both(settings):
+    """Keys are read whatever their case: of {"LEASE_DURATION": 30, "lease_duration": 300}
+    only the last was read, and the first was dropped without a word."""
+    settings.LEASING = {"LEASE_DURATION": 30, "lease_duration": 300}
+    [message] = check_settings()
+    assert message.id == "leasing.E001"
+    assert "LEASE_DURATION" in message.msg and "'lease_duration'" in message.msg
+    assert "'LEASE_DURATION'" in message.msg and "only the last, 'lease_duration'" in message.msg
+    assert "one key per setting" in message.hint
+    with pytest.raises(SystemCheckError, match=r"leasing\.E001"):
+        call_command("check", "--tag", "leasing")
+
+
+def test_a_setting_spelt_in_two_cases_does_not_stop_a_process_that_runs_anyway(settings, caplog):
+    """Nothing raises at import or at first use: the last spelling applies, as it always
+    did, and the process logs the problem once."""
+    settings.LEASING = {"Lease_Duration": 30, "HEARTBEAT_INTERVAL": 5, "lease_duration": 90}
+    with caplog.at_level("ERROR", logger="leasing.conf"):
+        assert get_settings().lease_duration == 90.0
+        assert get_settings().heartbeat_interval == 5.0
+    [record] = caplog.records
+    assert "'Lease_Duration', 'lease_duration'" in record.getMessage()
+    assert "The last spelling applies" in record.getMessage()
+
+
+def test_a_shadowed_spelling_is_not_read(settings):
+    """Only the spelling that applies is judged: a bad value under the other one is not
+    an error of its own, the two spellings are."""
+    conf, problems = read_settings({"lease_duration": "bad", "LEASE_DURATION": 60})
+    assert conf.lease_duration == 60.0
+    [problem] = problems
+    assert problem.entry and problem.spelt_twice and problem.setting == "LEASE_DURATION"
+
+
+@pytest.mark.parametrize("setting", ["QUEUE_LIMITS", "SCHEDULES", "RATE_LIMITS"])
+def test_a_setting_of_entries_spelt_twice_is_one_error(settings, setting):
+    """Not an error of the entries' own check (E006, E012): of LEASING's keys."""
+    settings.LEASING = {setting: {}, setting.lower(): {}}
+    [error] = [m for m in run_checks(tags=["leasing"]) if m.is_serious()]
+    assert error.id == "leasing.E001"
+    assert repr(setting) in error.msg and repr(setting.lower()) in error.msg
+
+
+def test_limit_names_and_settings_in_one_case_are_not_spelt_twice():
+    """Queue and work type names are case-sensitive: two queues, not one spelt twice."""
+    conf, problems = read_settings({"QUEUE_LIMITS": {"Mail": 1, "mail": 2}, "MAX_RETRIES": 1})
+    assert problems == ()
+    assert conf.queue_limits == {"Mail": 1, "mail": 2}
