@@ -30,6 +30,11 @@ Metrics (all prefixed `leasing_`):
                                                 leases re-queued by the sweep
 `sweep_scans_total`                    counter  SUM(workers.scans) of sweepers
 `sweep_last_scan_timestamp_seconds`    gauge    when any sweep last scanned (absent: never)
+`sweep_last_scan_age_seconds`          gauge    seconds since that pass, on the database clock
+                                                (absent: never)
+`sweep_running`                        gauge    sweep processes running and alive, as the
+                                                console judges them (one-off passes: not
+                                                processes, not counted)
 `processes{role,status}`               gauge    rows of the workers table
 `worker_runs{state}`                   gauge    runs of running and stopping workers as of
                                                 their last beat: busy (a handler runs) and
@@ -89,7 +94,14 @@ from .console.backlog import backlog, pending_pairs
 from .console.census import item_census
 from .console.history import leases_near_cap
 from .console.leases import lease_health
-from .console.processes import live_workers, process_counters, processes_by_state, sweep_health
+from .console.processes import (
+    ProcessInfo,
+    live_workers,
+    process_counters,
+    processes_by_state,
+    records_passes,
+    sweep_health,
+)
 from .console.queues import QueueRow, queue_table
 from .console.rates import rate_table
 from .console.replica import replica_lag
@@ -148,10 +160,10 @@ class LeasingCollector:
         health = lease_health(using=using)
         pairs = pending_pairs(using=using)  # read once: the backlog and the queue table
         pending = backlog(using=using, pairs=pairs)
-        sweep = sweep_health(using=using)
+        now = database_now(using)
+        sweep = sweep_health(now=now, using=using)
         counters = process_counters(using=using)
         processes = processes_by_state(using=using)
-        now = database_now(using)
         workers, _ = live_workers(now=now, using=using)
         queues = queue_table(
             window_start=now - RUN_TIME_WINDOW, now=now, workers=workers, using=using, pending=pairs
@@ -180,6 +192,9 @@ class LeasingCollector:
             families["sweep_last_scan_timestamp_seconds"].add_metric(
                 [], sweep.last_scan_at.timestamp()
             )
+        if sweep.seconds_since_last_scan is not None:
+            families["sweep_last_scan_age_seconds"].add_metric([], sweep.seconds_since_last_scan)
+        families["sweep_running"].add_metric([], len(_running_sweeps(sweep.sweepers)))
         for role in WorkerRole.values:
             for status in WorkerStatus.values:
                 families["processes"].add_metric([role, status], processes.get((role, status), 0))
@@ -272,6 +287,16 @@ class LeasingCollector:
                 "sweep_last_scan_timestamp_seconds",
                 "Unix time of the newest recovery sweep pass (absent when none ever ran).",
             ),
+            "sweep_last_scan_age_seconds": gauge(
+                "sweep_last_scan_age_seconds",
+                "Seconds since the newest recovery sweep pass, on the database clock (absent "
+                "when none ever ran).",
+            ),
+            "sweep_running": gauge(
+                "sweep_running",
+                "Recovery sweep processes running and alive (seen within three of their pass "
+                "intervals); one-off passes (--once, django-q2) are not counted.",
+            ),
             "processes": gauge(
                 "processes", "Rows of the workers table by role and status.", ["role", "status"]
             ),
@@ -340,6 +365,12 @@ class LeasingCollector:
                 "read_replica_replay_paused", "1 while the read replica's replay is paused."
             ),
         }
+
+
+def _running_sweeps(sweepers: Iterable[ProcessInfo]) -> list[ProcessInfo]:
+    """The sweep processes running and alive, by the liveness the console shows for each
+    (`console.liveness`); a row of one-off passes is no process (`records_passes`)."""
+    return [s for s in sweepers if s.liveness.alive and not records_passes(s)]
 
 
 def _run_seconds(queues: Iterable[QueueRow]) -> dict[str, dict[str, float]]:

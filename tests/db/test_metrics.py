@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import prometheus_client
 import pytest
 from django.db.models import Sum
@@ -142,6 +144,49 @@ def test_metrics_match_the_database(token):
     )
     assert values[("leasing_processes", (("role", "worker"), ("status", "running")))] == 4
     assert values[("leasing_processes", (("role", "sweeper"), ("status", "stopped")))] == 1
+
+
+def test_whether_a_sweep_runs_and_how_old_its_last_pass_is(token):
+    """`leasing_sweep_running`: sweep processes running and alive, as the dashboard's
+    sweepers table judges each (seen within three of its own intervals); rows of one-off
+    passes are not processes. `leasing_sweep_last_scan_age_seconds`: the newest pass's
+    age on the database clock."""
+    client = Client()
+    before = samples(client.get(URL, HTTP_AUTHORIZATION=f"Bearer {token}").content)
+    assert before[("leasing_sweep_running", ())] == 0
+    assert ("leasing_sweep_last_scan_age_seconds", ()) not in before  # no pass ever
+
+    now = database_now()
+
+    def sweeper(worker_id: str, *, seen: float, scanned: float | None, **fields) -> None:
+        Worker.objects.create(
+            worker_id=worker_id,
+            role="sweeper",
+            hostname="h",
+            pid=1,
+            heartbeat_interval=60,
+            last_seen_at=now - timedelta(seconds=seen),
+            last_scan_at=None if scanned is None else now - timedelta(seconds=scanned),
+            **fields,
+        )
+
+    sweeper("sweep@a", seen=0, scanned=90)  # running, seen just now
+    sweeper("sweep@b", seen=10, scanned=None, status="stopping")  # alive until it stops
+    sweeper("sweep@c", seen=600, scanned=600)  # running by its row, silent for 10 min
+    sweeper("sweep@d", seen=0, scanned=30, status="stopped")  # the newest pass, then stopped
+    sweeper("h:once", seen=0, scanned=None)  # a `--once` pass under way: not a process
+    sweeper("cron", seen=0, scanned=200, last_scan_stats={"one_off": True})
+    values = samples(client.get(URL, HTTP_AUTHORIZATION=f"Bearer {token}").content)
+    assert values[("leasing_sweep_running", ())] == 2
+    age = values[("leasing_sweep_last_scan_age_seconds", ())]
+    assert 30 <= age < 90  # sweep@d's, though it stopped (as the timestamp gauge)
+    assert values[("leasing_sweep_last_scan_timestamp_seconds", ())] == pytest.approx(
+        (now - timedelta(seconds=30)).timestamp()
+    )
+
+    Worker.objects.filter(status__in=["running", "stopping"]).update(status="lost")
+    after = samples(client.get(URL, HTTP_AUTHORIZATION=f"Bearer {token}").content)
+    assert after[("leasing_sweep_running", ())] == 0
 
 
 def test_numbers_are_read_at_scrape_time(token):
