@@ -246,22 +246,9 @@ def bulk_by_filter(
         queryset = queryset.using(WRITE_DATABASE)
     selection = bulk.select(queryset, describe_filter(request))
     if confirming:
-        form = BulkActionForm(request.POST)
-        if form.is_valid() and not selection.over_limit:
-            if form.cleaned_data["expected"] != selection.count:
-                modeladmin.message_user(
-                    request,
-                    f"{selection.count:,} items matched when you confirmed "
-                    f"({form.cleaned_data['expected']:,} when the page was shown).",
-                    messages.WARNING,
-                )
-            bulk.apply(
-                modeladmin,
-                request,
-                action=action,
-                selection=selection,
-                reason=form.cleaned_data["reason"],
-            )
+        reason, form = bulk.confirmed(modeladmin, request, selection)
+        if reason is not None:
+            bulk.apply(modeladmin, request, action=action, selection=selection, reason=reason)
             return None
     else:
         form = BulkActionForm(initial={"expected": selection.count})

@@ -2,7 +2,10 @@
 
 The confirmation page states how many items match now and refuses more than
 `BULK_LIMIT` (narrow the selection instead). Confirming evaluates the
-selection again and calls `leasing.services.operations.apply_action` once per item,
+selection again (`confirmed`): unless as many items match as the page showed
+(its hidden `expected` count), nothing is written and the page is shown again
+with an error and the count of now. Otherwise it calls
+`leasing.services.operations.apply_action` once per item,
 fenced by the lease token read just before: an item whose lease moves on
 while the action runs, or that is no longer in a status the action applies
 to, is skipped and counted. Every change is audited twice: the item's
@@ -55,6 +58,51 @@ class Selection:
 def select(queryset: QuerySet[WorkItem], description: str) -> Selection:
     ids = queryset.order_by().values_list("pk", flat=True)[: BULK_LIMIT + 1]
     return Selection(description, tuple(ids))
+
+
+ALTERED = (
+    "The confirmation page was altered or is incomplete (the count of items it showed is "
+    "missing or not a number); nothing was changed. Review the selection and confirm again."
+)
+
+
+def _items(count: int) -> str:
+    return f"{count:,} work item{'s' if count != 1 else ''}"
+
+
+def confirmed(
+    modeladmin: WorkItemAdmin, request: HttpRequest, selection: Selection
+) -> tuple[str | None, BulkActionForm]:
+    """The reason to apply a posted confirmation to `selection` with, and the form; None
+    when nothing may be applied, with the form to show the page again with.
+
+    Applied only when the page's hidden `expected` count is the number of items
+    that match now: a count the page cannot have shown (altered or lost), or one
+    the selection no longer has (items changed meanwhile), writes nothing and says
+    so in an error; the page is shown again with the count of now and the reason
+    given, to be confirmed again. A selection over `BULK_LIMIT` is refused by the
+    page itself, a missing reason by the form's error.
+    """
+    form = BulkActionForm(request.POST)
+    if selection.over_limit:
+        return None, form
+    valid = form.is_valid()
+    if "expected" in form.errors:
+        message = ALTERED
+    elif not valid:
+        return None, form
+    elif form.cleaned_data["expected"] != selection.count:
+        now, then = selection.count, form.cleaned_data["expected"]
+        message = (
+            f"The selection changed after the page was shown: {_items(now)} "
+            f"match{'es' if now == 1 else ''} now, {then:,} did then ({selection.description}); "
+            "nothing was changed. Check the count and confirm again."
+        )
+    else:
+        return form.cleaned_data["reason"], form
+    modeladmin.message_user(request, message, messages.ERROR)
+    initial = {"reason": request.POST.get("reason", ""), "expected": selection.count}
+    return None, BulkActionForm(initial=initial)
 
 
 def confirmation_page(

@@ -6,9 +6,12 @@ confirmation page's form as parsed from its HTML. Runs on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import re
+
 import django
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
+from django.urls import reverse
 
 from leasing import LeaseManager
 from leasing.exceptions import LeaseLostError
@@ -288,3 +291,151 @@ def test_select_all_acts_on_the_whole_filtered_list_within_a_limit(
     forged = {**fields, "action": "force_fail_selected"}
     operator_client.post(changelist_url("status__exact=pending"), forged)
     assert all(row(pk)["status"] == "pending" for pk in stale)
+
+
+# --- select all: a confirmation whose count was altered or is stale ---------------------------
+
+
+def _stale_leases(count: int) -> list[str]:
+    """`count` in-progress items whose lease health is stale (their holders alive)."""
+    register_holders()
+    ids = [claim(f"task-bulk-{n}", "worker-2").work_item_id for n in range(count)]
+    for item_id in ids:
+        shift(item_id, heartbeat_at=-300)
+    return ids
+
+
+def _bulk_page(client, url: str, first_id: str):
+    select_all = {
+        "action": "force_release_selected",
+        "_selected_action": [first_id],
+        "select_across": "1",
+        "index": "0",
+    }
+    page = client.post(url, select_all)
+    assert "admin/leasing/workitem/bulk_confirmation.html" in [t.name for t in page.templates]
+    return page
+
+
+def _nothing_written(ids: list[str]) -> None:
+    assert all(row(pk)["status"] == "in_progress" for pk in ids)
+    assert not LogEntry.objects.exists()
+    assert not Checkpoint.objects.filter(checkpoint_type="state_transition").exists()
+
+
+@pytest.mark.parametrize(
+    "expected",
+    [
+        pytest.param("abc", id="not-a-number"),
+        pytest.param("-1", id="negative"),
+        pytest.param("", id="empty"),
+        pytest.param(None, id="removed"),
+        pytest.param("2.5", id="not-an-integer"),
+        pytest.param(str(2**70), id="beyond-bigint"),
+    ],
+)
+def test_select_all_with_an_altered_count_writes_nothing_and_says_so(operator_client, expected):
+    """The hidden `expected` count is not one the page showed: nothing is applied, an
+    error says what happened, and the page is shown again with the count of now (it
+    used to be shown again without a word, still carrying the altered count, so no
+    confirmation could ever pass)."""
+    stale = _stale_leases(3)
+    url = changelist_url("lease_health=stale")
+    fields = form_fields(
+        _bulk_page(operator_client, url, stale[0]).content.decode(), "leasing-bulk-form"
+    )
+    fields["reason"] = ["the NFS mount is back"]
+    if expected is None:
+        del fields["expected"]
+    else:
+        fields["expected"] = [expected]
+    response = operator_client.post(url, fields, follow=True)
+    assert response.status_code == 200
+    [message] = [m for m in response.context["messages"]]
+    assert message.level_tag == "error"
+    assert "altered or is incomplete" in message.message
+    assert "nothing was changed" in message.message and "confirm again" in message.message
+    _nothing_written(stale)
+
+    again = form_fields(response.content.decode(), "leasing-bulk-form")
+    assert again["expected"] == ["3"] and again["reason"] == ["the NFS mount is back"]
+    done = operator_client.post(url, again, follow=True)
+    assert "3 work items force-released (work items with lease_health=stale)." in messages_of(done)
+    assert all(row(pk)["status"] == "pending" for pk in stale)
+
+
+@pytest.mark.parametrize("change", ["one more", "one fewer", "none left"])
+def test_select_all_whose_selection_changed_meanwhile_writes_nothing_and_says_so(
+    operator_client, change
+):
+    """The page showed 3 items; when it is confirmed, another matches the filter, or one
+    no longer does: nothing is applied (it used to warn and act on what matched then),
+    the error gives both counts, and the page is shown again with the count of now."""
+    stale = _stale_leases(3)
+    url = changelist_url("lease_health=stale")
+    fields = form_fields(
+        _bulk_page(operator_client, url, stale[0]).content.decode(), "leasing-bulk-form"
+    )
+    fields["reason"] = ["the NFS mount is back"]
+    assert fields["expected"] == ["3"]
+    if change == "one more":
+        stale += _stale_leases(1)
+    elif change == "one fewer":
+        shift(stale.pop(), heartbeat_at=0)  # renewed: healthy again
+    else:
+        for item_id in stale:
+            shift(item_id, heartbeat_at=0)
+    now = len(stale) if change != "none left" else 0
+    response = operator_client.post(url, fields, follow=True)
+    assert response.status_code == 200
+    [message] = [m for m in response.context["messages"]]
+    assert message.level_tag == "error"
+    assert "changed after the page was shown" in message.message
+    assert f"{now} work item{'s' if now != 1 else ''} match{'' if now != 1 else 'es'} now" in (
+        message.message
+    )
+    assert "3 did then" in message.message and "nothing was changed" in message.message
+    _nothing_written(stale)
+
+    html = response.content.decode()
+    if not now:
+        assert "No work item matches" in html and 'id="leasing-bulk-form"' not in html
+        return
+    again = form_fields(html, "leasing-bulk-form")
+    assert again["expected"] == [str(now)] and again["reason"] == ["the NFS mount is back"]
+    done = operator_client.post(url, again, follow=True)
+    assert f"{now} work items force-released" in messages_of(done)[0]
+    assert all(row(pk)["status"] == "pending" for pk in stale)
+
+
+def _failed(task_id: str) -> str:
+    lease = claim(task_id, "w-1", max_retries=0)
+    LeaseManager("w-1").release_lease(
+        lease.work_item_id, False, error=ValueError("lookup down"), token=lease.token
+    )
+    return lease.work_item_id
+
+
+@pytest.mark.parametrize("expected", ["abc", "2", "4"])
+def test_retrying_an_error_group_with_an_altered_or_stale_count_writes_nothing(
+    operator_client, expected
+):
+    """The error group's "retry this group" confirmation is the same bulk page: a count
+    altered (or one the group no longer has) is refused with an error, never applied."""
+    ids = [_failed(f"task-group-{n}") for n in range(3)]
+    errors = operator_client.get(reverse("admin:leasing_workitem_errors")).content.decode()
+    retry_url = re.search(r'href="([^"]*errors/retry/\?[^"]*)"', errors)[1].replace("&amp;", "&")
+    fields = form_fields(operator_client.get(retry_url).content.decode(), "leasing-bulk-form")
+    assert fields["expected"] == ["3"]
+    fields |= {"reason": ["the lookup service is back"], "expected": [expected]}
+    response = operator_client.post(retry_url, fields, follow=True)
+    assert response.status_code == 200
+    [message] = [m for m in response.context["messages"]]
+    assert message.level_tag == "error" and "nothing was changed" in message.message
+    assert all(row(pk)["status"] == "failed" for pk in ids)
+    assert not LogEntry.objects.exists()
+
+    again = form_fields(response.content.decode(), "leasing-bulk-form")
+    assert again["expected"] == ["3"]
+    operator_client.post(retry_url, again)
+    assert all(row(pk)["status"] == "pending" for pk in ids)

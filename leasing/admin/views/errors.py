@@ -119,14 +119,10 @@ def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Htt
         tuple(group_members(start, key, bulk.BULK_LIMIT + 1, using=using)),
     )
     if confirming:
-        confirm = BulkActionForm(request.POST)
-        if confirm.is_valid() and not selection.over_limit:
+        reason, confirm = bulk.confirmed(model_admin, request, selection)
+        if reason is not None:
             bulk.apply(
-                model_admin,
-                request,
-                action=Action.RETRY,
-                selection=selection,
-                reason=confirm.cleaned_data["reason"],
+                model_admin, request, action=Action.RETRY, selection=selection, reason=reason
             )
             return HttpResponseRedirect(errors_url)
     else:
