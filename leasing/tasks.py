@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +37,6 @@ from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils.json import normalize_json
-from django.utils.module_loading import import_string
 
 from .context import WorkContext
 from .exceptions import (
@@ -43,6 +44,7 @@ from .exceptions import (
     PayloadNotSerializable,
     PermanentError,
     UnstorableOutput,
+    one_line,
 )
 from .handlers import build_spec, registry
 from .ids import new_ulid
@@ -411,30 +413,123 @@ def _as_enqueued(task: Task[..., Any], item: WorkItem, alias: str) -> Task[..., 
     )
 
 
+# What a PermanentError of a task item whose code or backend has changed tells the operator
+# to do: the worker's code and settings stay what they are until it restarts, so no
+# automatic retry can succeed.
+THEN_RETRY = "then retry the item (the admin's Retry, or leasing.apply_action('retry', ...))."
+
+
 def _load_task(path: str) -> Task[..., Any]:
+    """The task at `path`, or a PermanentError saying why there is none any more.
+
+    An ImportError raised inside the task's module (a dependency missing, a circular
+    import) is permanent too: Python runs a failed import again, but nothing between two
+    attempts changes the code the worker sees. Any other exception of the import (the
+    database down, a network call at import time) propagates as it is: an interruption
+    or a retried failure, as the same exception raised by the task would be.
+    """
+    module_path, _, name = path.rpartition(".")
+    if not module_path or not name:
+        raise PermanentError(f"{path!r} is no task's dotted path.")
     try:
-        task = import_string(path)
-    except (ImportError, ValueError, TypeError) as exc:  # "." and "..x" raise the last two
-        raise PermanentError(f"cannot import task {path!r}: {exc}") from exc
+        module = importlib.import_module(module_path)
+    except (ValueError, TypeError) as exc:  # "..x": a relative import
+        raise PermanentError(f"{path!r} is no task's dotted path ({exc}).") from exc
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and _names_module(exc.name, module_path):
+            raise PermanentError(
+                f"task {path!r} cannot be imported: module {module_path!r} does not exist "
+                f"any more (removed or renamed since the task was enqueued). Restore it, "
+                f"{THEN_RETRY}"
+            ) from exc
+        raise PermanentError(
+            f"task {path!r} cannot be imported: importing module {module_path!r} raised "
+            f"{one_line(exc)}. Fix the import, {THEN_RETRY}"
+        ) from exc
+    task = getattr(module, name, None)
+    if task is None:
+        raise PermanentError(
+            f"task {path!r} cannot be imported: module {module_path!r} has no {name!r} any "
+            f"more (removed or renamed since the task was enqueued). Restore it, {THEN_RETRY}"
+        )
     if not isinstance(task, Task):
-        raise PermanentError(f"{path!r} is not a Task (decorate it with @task).")
+        raise PermanentError(
+            f"{path!r} is no longer a Task but a {type(task).__name__}: decorate it with "
+            f"@task again, {THEN_RETRY}"
+        )
     return task
+
+
+def _names_module(missing: str | None, module_path: str) -> bool:
+    """Whether the module a ModuleNotFoundError misses is `module_path` or a package of
+    it (rather than a module that `module_path` imports)."""
+    return bool(missing) and (module_path == missing or module_path.startswith(f"{missing}."))
+
+
+def _check_arguments(
+    task: Task[..., Any], path: str, args: list[Any], kwargs: dict[str, Any]
+) -> None:
+    """A PermanentError if the task's function no longer accepts its stored arguments
+    (its parameters changed since it was enqueued): calling it would raise the same
+    TypeError on every attempt. The function's own signature, not the one a decorator's
+    `functools.wraps` copies from the function it wraps: that one is what is called."""
+    try:
+        signature = inspect.signature(task.func, follow_wrapped=False)
+    except (TypeError, ValueError):  # no signature to check: the call tells
+        return
+    context = [None] if task.takes_context else []
+    try:
+        signature.bind(*context, *args, **kwargs)
+    except TypeError as exc:
+        raise PermanentError(
+            f"task {path!r} no longer accepts the arguments it was enqueued with ({exc}): "
+            f"give it back the parameters it had, {THEN_RETRY}"
+        ) from exc
+
+
+def _task_backend(alias: str) -> LeasingBackend:
+    """The backend the item was enqueued through, as TASKS gives it now; a PermanentError
+    if TASKS no longer has it, or no longer as a usable leasing backend."""
+    from django.tasks import task_backends
+
+    if alias not in task_backends.settings:
+        raise PermanentError(
+            f"TASKS has no backend {alias!r} any more (the task was enqueued through it): "
+            f"restore it, {THEN_RETRY}"
+        )
+    try:
+        backend = task_backends[alias]
+    except ImproperlyConfigured as exc:  # InvalidTaskBackend: its BACKEND cannot be imported
+        raise PermanentError(
+            f"TASKS[{alias!r}] cannot be loaded ({exc}): fix it, {THEN_RETRY}"
+        ) from exc
+    if not isinstance(backend, LeasingBackend):
+        kind = type(backend)
+        raise PermanentError(
+            f"TASKS[{alias!r}] is now '{kind.__module__}.{kind.__qualname__}', not "
+            f"{BACKEND_PATH!r}, the backend the task was enqueued through: point it back at "
+            f"{BACKEND_PATH!r}, {THEN_RETRY}"
+        )
+    if backend.option_problems:  # leasing.E013
+        raise PermanentError(
+            f"TASKS[{alias!r}] cannot run tasks: {backend.option_problems[0]} Fix it, {THEN_RETRY}"
+        )
+    return backend
 
 
 def run_task(ctx: WorkContext) -> dict[str, Any]:
     """The handler of `django.task` items: call the task, return its value."""
     data = _task_input(ctx.input)
     task = _load_task(data["task"])
-    from django.tasks import task_backends
-
-    backend = task_backends[data["backend"]]
+    args, kwargs = data["args"], data["kwargs"]
+    _check_arguments(task, data["task"], args, kwargs)
+    backend = _task_backend(data["backend"])
     try:
         result = backend.get_result(ctx.lease.work_item_id)
     except TaskResultDoesNotExist as exc:
         # The item is not a task this backend can run (see get_result): retrying cannot help.
         raise PermanentError(str(exc)) from exc
     task_started.send(type(backend), task_result=result)
-    args, kwargs = data["args"], data["kwargs"]
     try:
         if task.takes_context:
             value = task.call(LeasingTaskContext(task_result=result, work=ctx), *args, **kwargs)
