@@ -14,7 +14,11 @@ checkpoint saying what it did (nothing is written if the lease moved on):
 * `time_out_attempt`: the handler ran into its lease's deadline (its type's
   `timeout` or `MAX_LEASE_LIFETIME`): retried or failed by the type's
   `on_lease_expired` policy, with "Timed out after N s" (and "- retry n/m"
-  when retried; never for an item asked to stop, which ends cancelled).
+  when it goes back to pending; never for an item asked to stop, which ends
+  cancelled, nor one superseded by the holder of its unique key).
+
+The checkpoint's `error` is the message the ending stored on the row, as the
+sweep's is: "Cancelled as asked; ..." or "Superseded by ..." when it says so.
 """
 
 from __future__ import annotations
@@ -25,11 +29,8 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 
 from ..exceptions import UnstorableOutput
-from ..sql import work_items as sql
-from ..sql.runner import run_one, translate_db_errors
 from ..sql.snapshots import MAX_TRACEBACK_CHARS, clean_text, error_boundary
 from ..states import CheckpointType, WorkItemStatus
-from ..storage import storage_for
 from .checkpoints import record_checkpoint
 from .held import Lease, ReleaseOutcome
 from .terms import error_text
@@ -44,7 +45,6 @@ def _record(
     manager: LeaseManager,
     lease: Lease,
     outcome: ReleaseOutcome,
-    message: str | None,
     *,
     reason: str,
     error: BaseException | str,
@@ -53,9 +53,9 @@ def _record(
     """Write the attempt's `error_boundary` checkpoint, saying what became of the item.
 
     Written after the fenced ending in the same transaction, so it states the
-    outcome the row took (a retry, a failure, or superseded: failed because
-    another item holds its unique key) and nothing is written if the lease
-    was gone.
+    outcome the row took (a retry, a failure, cancelled as asked, or
+    superseded: failed because another item holds its unique key) with the
+    message the row took, and nothing is written if the lease was gone.
     """
     exception_class_path = trace = None
     if isinstance(error, UnstorableOutput):
@@ -67,7 +67,7 @@ def _record(
             "".join(tb.format_exception(error))[-MAX_TRACEBACK_CHARS:], MAX_TRACEBACK_CHARS
         )
     snapshot = error_boundary(
-        error=message,
+        error=outcome.error_message,
         reason=(
             "cancelled"
             if outcome.status == WorkItemStatus.CANCELLED
@@ -121,13 +121,17 @@ def _end_attempt(
     retry: bool,
     reason: str,
     elapsed_ms: float | None,
+    note_retry: bool = False,
 ) -> ReleaseOutcome:
     """`fail_attempt` inside the caller's transaction."""
-    message = error_text(error)
     outcome = manager.end_attempt(
-        lease.key, retry=retry, error=message, retry_count=lease.retry_count
+        lease.key,
+        retry=retry,
+        error=error_text(error),
+        retry_count=lease.retry_count,
+        note_retry=note_retry,
     )
-    _record(manager, lease, outcome, message, reason=reason, error=error, elapsed_ms=elapsed_ms)
+    _record(manager, lease, outcome, reason=reason, error=error, elapsed_ms=elapsed_ms)
     return outcome
 
 
@@ -140,18 +144,9 @@ def interrupt_attempt(
         return fail_attempt(
             manager, lease, text, retry=True, reason="interrupted", elapsed_ms=elapsed_ms
         )
-    message = error_text(error)
     with transaction.atomic(using=manager.using):
-        outcome = manager.requeue(lease.key, interrupted=True, error=message)
-        _record(
-            manager,
-            lease,
-            outcome,
-            message,
-            reason="interrupted",
-            error=error,
-            elapsed_ms=elapsed_ms,
-        )
+        outcome = manager.requeue(lease.key, interrupted=True, error=error_text(error))
+        _record(manager, lease, outcome, reason="interrupted", error=error, elapsed_ms=elapsed_ms)
         return outcome
 
 
@@ -160,25 +155,19 @@ def time_out_attempt(
 ) -> ReleaseOutcome:
     """End an attempt that reached its lease's deadline.
 
-    The retry note is promised only to an item that goes back to pending: one
-    asked to stop ends cancelled (read under the row's lock, in the ending's
-    transaction, so a request that comes in meanwhile cannot contradict it).
+    The retry note is the ending statement's to add, from the outcome it
+    writes: only an item that goes back to pending gets it, not one asked to
+    stop (cancelled) nor one whose unique key another item holds (superseded),
+    even when that holder commits while the statement runs (it runs again).
     """
     message = f"Timed out after {round(lease.cap_seconds)} s"
     with transaction.atomic(using=manager.using):
-        if retry and lease.retry_count < lease.max_retries and not _asked_to_stop(manager, lease):
-            message += f" - retry {lease.retry_count + 1}/{lease.max_retries}"
         return _end_attempt(
-            manager, lease, message, retry=retry, reason="timed_out", elapsed_ms=elapsed_ms
+            manager,
+            lease,
+            message,
+            retry=retry,
+            reason="timed_out",
+            elapsed_ms=elapsed_ms,
+            note_retry=True,
         )
-
-
-def _asked_to_stop(manager: LeaseManager, lease: Lease) -> bool:
-    """Whether the held item was asked to stop, its row locked for the ending that follows
-    (False if the lease moved on: the ending then says so)."""
-    statement = sql.asked_to_stop(
-        storage_for(manager.using), manager.worker_id, lease.work_item_id, lease.token
-    )
-    with translate_db_errors():
-        row = run_one(manager.using, statement)
-    return row is not None and bool(row["asked"])

@@ -76,6 +76,8 @@ class ReleaseOutcome:
     # The item that holds its unique key: it would have gone back to pending,
     # and ended failed instead (`leasing.transitions`).
     superseded_by: str | None = None
+    # The error message the ending stored on the row (None for a completion).
+    error_message: str | None = None
 
     @property
     def will_retry(self) -> bool:
@@ -143,6 +145,7 @@ def outcome_from_row(row: dict[str, Any]) -> ReleaseOutcome:
         retry_count=row["retry_count"],
         run_after=to_datetime(row["run_after"]),
         superseded_by=row.get("superseded_by"),
+        error_message=row.get("error_message"),
     )
 
 

@@ -334,9 +334,19 @@ class LeaseManager:
         return self.outcome(key, row)
 
     def end_attempt(
-        self, key: LeaseKey, *, retry: bool, error: str | None, retry_count: int | None
+        self,
+        key: LeaseKey,
+        *,
+        retry: bool,
+        error: str | None,
+        retry_count: int | None,
+        note_retry: bool = False,
     ) -> ReleaseOutcome:
-        """End a failed attempt: retried after a backoff while retries are left, else failed."""
+        """End a failed attempt: retried after a backoff while retries are left, else failed.
+
+        `note_retry`: the stored message says "- retry n/m" if (and only if) the
+        item goes back to pending, as the statement decides.
+        """
         d = storage_for(self.using)
         backoff = retry_backoff_seconds(retry_count or 0)
 
@@ -349,6 +359,7 @@ class LeaseManager:
                 backoff_seconds=backoff,
                 error=error,
                 plain=plain,
+                note_retry=note_retry,
             )
 
         def write() -> dict[str, Any] | None:

@@ -9,7 +9,8 @@ one `error_boundary` checkpoint per item in the same transaction. The UPDATE
 re-checks the token (and on SQLite the status and the expiry), so an item its
 worker renewed or completed a moment earlier is left alone. A lease that ran
 into its deadline (the handler's timeout or `MAX_LEASE_LIFETIME`) is reported
-as "Timed out after N s".
+as "Timed out after N s"; "- retry N/M" follows only when the item goes back
+to pending (not when it is superseded or cancelled).
 
 Each database runs them its own way (`Storage.recover`): PostgreSQL locks a
 batch with SKIP LOCKED and recovers it by row address in one statement with
@@ -35,23 +36,17 @@ if TYPE_CHECKING:
 
 MAX_RETRIES_MESSAGE = "Max retries exceeded"
 FAIL_POLICY_MESSAGE = "Lease expired - not retried (on_lease_expired=fail)"
-# `retry N/M` and `Timed out after N s` are built in SQL from the row.
+# `Timed out after N s` is built in SQL from the row; `- retry N/M` by `recovered_set`.
 
 
 def error_message(d: Storage, c: str = "c", w: str = "w") -> str:
-    """The recovered item's error_message, from the candidate row `c` and the item `w`."""
-    cast = "TEXT"
-    retry = (
-        f"' - retry ' || CAST({w}.retry_count + 1 AS {cast}) || '/' "
-        f"|| CAST({w}.max_retries AS {cast})"
-    )
-    # An item asked to stop is never retried (`will_retry` is 0): its message, which
-    # `attempt_ended_set` wraps in "Cancelled as asked; ...", carries no retry note.
+    """The recovered item's error_message, from the candidate row `c` and the item `w`,
+    before `attempt_ended_set` wraps it ("Cancelled as asked; ...", "Superseded by ...")
+    or adds the retry note (only to an item that goes back to pending)."""
     return f"""CASE
-        WHEN {c}.timed_out = 1 THEN 'Timed out after ' || CAST({c}.cap_seconds AS {cast}) || ' s'
-             || CASE WHEN {c}.will_retry = 1 THEN {retry} ELSE '' END
+        WHEN {c}.timed_out = 1 THEN 'Timed out after ' || CAST({c}.cap_seconds AS TEXT) || ' s'
         WHEN {w}.cancel_requested_at IS NOT NULL THEN 'its lease expired'
-        WHEN {c}.will_retry = 1 THEN 'Lease expired' || {retry}
+        WHEN {c}.will_retry = 1 THEN 'Lease expired'
         WHEN {c}.fail_policy = 1 THEN %s
         ELSE %s END"""
 
@@ -77,6 +72,7 @@ def recovered_set(d: Storage) -> Statement:
         error=error_message(d),
         superseded_by="c.superseded_by",
         row="w",
+        note_retry=True,
     )
     # The message three times: in the cancelled, the superseded and the other branch.
     return sql, [FAIL_POLICY_MESSAGE, MAX_RETRIES_MESSAGE] * 3

@@ -139,6 +139,7 @@ def attempt_ended_set(
     error: str,
     superseded_by: str,
     row: str = "",
+    note_retry: bool = False,
 ) -> str:
     """SET list for an attempt that ended badly: back to `pending` or `failed` for good.
 
@@ -147,13 +148,16 @@ def attempt_ended_set(
     message; `superseded_by` the other holder of the item's unique key (SQL,
     NULL when none): an item that would be retried while another holds its
     key ends failed instead, superseded by it. An item asked to stop
-    (`cancel_requested_at`) ends cancelled, whatever else. Shared by a
-    worker's failed release and the sweep's recovery.
+    (`cancel_requested_at`) ends cancelled, whatever else. With
+    `note_retry`, the message of an item that goes back to pending (and only
+    of one that does) ends with "- retry n/m". Shared by a worker's failed
+    release and the sweep's recovery.
     """
     p = f"{row}." if row else ""
     cancelled = cancel_requested(row)
     returns = f"(NOT {cancelled} AND ({retrying}) AND {superseded_by} IS NULL)"
     superseded = f"(NOT {cancelled} AND ({retrying}) AND {superseded_by} IS NOT NULL)"
+    note = f" || CASE WHEN {returns} THEN {retry_note(row)} ELSE '' END" if note_retry else ""
     return f"""
         {transition.sets({T.CANCELLED: cancelled, T.PENDING: returns})},
         retry_count = CASE WHEN {returns} THEN {p}retry_count + 1 ELSE {p}retry_count END,
@@ -161,9 +165,16 @@ def attempt_ended_set(
         completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
         error_message = CASE WHEN {cancelled} THEN {cancelled_message(error)}
                         WHEN {superseded} THEN {superseded_message(superseded_by, error)}
-                        ELSE {error} END,
+                        ELSE {error}{note} END,
         interruptions = 0, {LEASE_CLEARED}, updated_at = {d.now}
     """
+
+
+def retry_note(row: str = "") -> str:
+    """SQL: " - retry n/m", the retry an item going back to pending is on (read in a SET
+    list, `retry_count` is the row's value before the update)."""
+    p = f"{row}." if row else ""
+    return f"' - retry ' || CAST({p}retry_count + 1 AS TEXT) || '/' || CAST({p}max_retries AS TEXT)"
 
 
 def cancel_requested(row: str = "") -> str:
@@ -176,8 +187,11 @@ def cancelled_message(error: str) -> str:
     return f"'Cancelled as asked; the run ended with: ' || COALESCE({error}, '')"
 
 
-# What a worker's ending returns: the outcome, and who superseded the item (if anyone).
-_ENDING_COLUMNS = "work_item_id, lease_token, status, retry_count, run_after, has_dependents"
+# What a worker's ending returns: the outcome, the message it stored (its checkpoint
+# records that one), and who superseded the item (if anyone).
+_ENDING_COLUMNS = (
+    "work_item_id, lease_token, status, retry_count, run_after, has_dependents, error_message"
+)
 
 
 def _superseded_by(row: str, retrying: str = "1 = 1") -> str:
@@ -202,11 +216,13 @@ def end_attempt(
     backoff_seconds: float,
     error: str | None,
     plain: bool = True,
+    note_retry: bool = False,
 ) -> Statement:
     """End a failed attempt: retried after a backoff while retries are left, else failed.
 
     Superseded (failed) instead of retried while another item holds its
     unique key. `plain`: only if nothing depends on the item (see `complete_one`).
+    `note_retry`: the message says "- retry n/m" if the item goes back to pending.
     """
     retrying = "retry_count < max_retries" if retry else "1 = 0"
     set_sql = attempt_ended_set(
@@ -216,6 +232,7 @@ def end_attempt(
         run_after=d.clock(),
         error="%s",
         superseded_by=other_holder("work_items"),
+        note_retry=note_retry,
     )
     plain_sql = "AND NOT has_dependents" if plain else ""
     sql = f"""
@@ -317,20 +334,6 @@ def cancel_requests(d: Storage, holder: str) -> Statement:
         WHERE lease_holder = %s AND status = {IN_PROGRESS} AND cancel_requested_at IS NOT NULL
     """
     return sql, [holder]
-
-
-def asked_to_stop(d: Storage, holder: str, item_id: str, token: int) -> Statement:
-    """Whether a held lease's item was asked to stop (no row: the lease moved on).
-
-    The row stays locked until the transaction ends (SQLite's IMMEDIATE
-    transaction holds the only write lock), so no request to stop comes in
-    between this read and the ending the transaction writes next.
-    """
-    sql = f"""
-        SELECT CASE WHEN {cancel_requested()} THEN 1 ELSE 0 END AS asked FROM work_items
-        WHERE work_item_id = %s AND {fence()} {d.row_lock("NO KEY UPDATE")}
-    """
-    return sql, [item_id, holder, token]
 
 
 def lease_state(d: Storage, item_id: str) -> Statement:
