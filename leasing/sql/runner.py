@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import select
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -36,6 +37,8 @@ from ..exceptions import DatabaseUnavailable, one_line
 from ..storage import storage_of_error
 
 if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
     from ..storage.base import Storage
 
 
@@ -258,3 +261,62 @@ def close_connection(using: str) -> None:
         return
     with contextlib.suppress(Exception):  # closing a dead connection can itself fail
         connection.close()
+
+
+# A connection idle this long is checked (SELECT 1) before new work gets it,
+# as Django checks one per request.
+IDLE_CHECK_SECONDS = 1.0
+
+
+class HangUpWatch:
+    """Whether the server hung up on one thread's idle connection: one poll of its socket.
+
+    A backend the server ends (`pg_terminate_backend`, a restart or failover,
+    `idle_session_timeout`) sends its reason and closes, so the socket of an idle
+    connection becomes readable, while a handler that sleeps or works without
+    the database holds it. The poll is kept while the driver's connection is
+    the same. SQLite (no socket) and platforms without `poll` never tell.
+    """
+
+    __slots__ = ("_poll", "_raw")
+
+    def __init__(self) -> None:
+        self._raw: Any = None
+        self._poll: Any = None
+
+    def hung_up(self, raw: Any) -> bool:
+        if raw is not self._raw:
+            self._raw, self._poll = raw, None
+            fileno = getattr(raw, "fileno", None)
+            if fileno is None or not hasattr(select, "poll"):
+                return False
+            try:
+                fd = fileno()
+            except Exception:  # psycopg: "the connection is lost"
+                return True
+            self._poll = select.poll()
+            self._poll.register(fd, select.POLLIN)
+        if self._poll is None:
+            return False
+        try:
+            return bool(self._poll.poll(0))
+        except OSError:
+            return True
+
+
+def refresh_connection(connection: BaseDatabaseWrapper, watch: HangUpWatch, idle: bool) -> None:
+    """Before new work gets this thread's connection: drop it if the server did.
+
+    Checked (SELECT 1) after a query on it failed, after it sat `idle`, or when
+    the server spoke on it unasked (`HangUpWatch`), so that a handler's first
+    query does not fail, and its run is not interrupted, on a connection that
+    died while nothing used it.
+    """
+    raw = connection.connection
+    if raw is None:
+        return
+    if connection.errors_occurred or idle or watch.hung_up(raw):
+        if not connection.is_usable():
+            close_connection(connection.alias)
+        else:
+            connection.close_if_unusable_or_obsolete()

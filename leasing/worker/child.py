@@ -112,11 +112,19 @@ def main(conn: Connection, database: dict[str, Any], using: str, parent_pid: int
     runs = _Runs()
     reader = threading.Thread(target=_read, args=(conn, jobs, runs), name="reader", daemon=True)
     reader.start()
+    from ..sql.runner import IDLE_CHECK_SECONDS, HangUpWatch, refresh_connection
+
+    hang_up, last_run = HangUpWatch(), time.monotonic()
     conn.send(("ready", os.getpid()))
     try:
         while (job := jobs.get()) is not None:
             _, work_type, dotted_path, lease, received = job
+            # A connection that broke in an earlier run, or while it sat idle or
+            # a handler held it without using it, is replaced before this run uses it.
+            idle = time.monotonic() - last_run > IDLE_CHECK_SECONDS
+            refresh_connection(connections[using], hang_up, idle)
             conn.send(_run(conn, runs, work_type, dotted_path, lease, received, using))
+            last_run = time.monotonic()
     except SystemExit:
         if _TERMINATING.is_set():
             # Stopped by the worker: the handler's `finally` blocks have run; skip the

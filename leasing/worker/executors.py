@@ -28,17 +28,12 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from .. import tracing, validation
 from ..context import WorkContext
 from ..exceptions import Cancelled
-from ..sql.runner import close_connection
+from ..sql.runner import IDLE_CHECK_SECONDS, HangUpWatch, close_connection, refresh_connection
 from .children import START_TIMEOUT, Child, ChildAnswer, ChildProcessDied
 from .outcomes import Recorder
 from .slots import Slot, SlotState, SlotTable
 
 logger = logging.getLogger("leasing.worker")
-
-# A connection idle this long is checked (SELECT 1) before a handler gets it,
-# as Django checks one per request: a connection the server dropped while
-# idle must not fail the next handler's first query.
-IDLE_CHECK_SECONDS = 1.0
 
 
 class Executor(threading.Thread):
@@ -51,6 +46,7 @@ class Executor(threading.Thread):
         self.retired = False
         self.last_used = time.monotonic()
         self.connection: BaseDatabaseWrapper | None = None
+        self.hang_up = HangUpWatch()
         # Its child process, when the worker runs a type in `process` mode.
         self.child: Child | None = pool.new_child(self.name)
         # Set once it can take a run (its child started, or failed to).
@@ -350,12 +346,8 @@ class ExecutorPool:
             logger.error("%s: %s", executor.name, exc)
 
     def _check_connection(self, executor: Executor) -> None:
-        """Before a handler gets this thread's connection: drop it if the server did."""
+        """Before a handler gets this thread's connection: drop it if the server did (also
+        while the previous run held it: a run that starts after an outage runs normally)."""
         connection = executor.connection or connections[self.using]
-        if connection.connection is None:
-            return
-        if connection.errors_occurred or time.monotonic() - executor.last_used > IDLE_CHECK_SECONDS:
-            if not connection.is_usable():
-                close_connection(self.using)
-            else:
-                connection.close_if_unusable_or_obsolete()
+        idle = time.monotonic() - executor.last_used > IDLE_CHECK_SECONDS
+        refresh_connection(connection, executor.hang_up, idle)
