@@ -19,13 +19,17 @@ BENCH_ARGS ?=
 
 # Browser tests use Debian's Chromium; Playwright must never fetch its own.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
+# The tests and benchmarks start hundreds of Python processes, each importing
+# leasing anew: on a host that sets PYTHONDONTWRITEBYTECODE each would compile
+# it from source again (a third of a process's start).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv venv-django60 lint test test-unit test-db test-process test-browser \
 	test-sqlite test-postgres test-sqlite-pass test-postgres-pass test-django60 \
 	test-postgres-db-job test-postgres-model-job test-postgres-process-job \
 	test-postgres-browser-job test-sqlite-db-job test-sqlite-process-job \
 	test-django60-postgres new-user test-ha ha-packages test-faults test-faults-short \
-	test-bench-smoke test-model-long ci ci-django60 ci-django60-browser ci-tail \
+	test-bench-smoke test-model-long ci ci-prepare ci-django60 ci-django60-browser ci-tail \
 	ha-capacity demo bench bench-history bench-dashboard bench-blocked clean docs deadcode
 
 $(VENV)/.installed: pyproject.toml
@@ -208,6 +212,11 @@ ci-django60: venv-django60
 ci-django60-browser: venv-django60
 	@./scripts/ensure-chromium.sh
 	DATABASE_URL=$(DJANGO60_BROWSER_URL) $(PY60) -m pytest $(SLOW_TIER_XDIST) tests/browser $(PYTEST_ARGS)
+
+# What phase two of .ci/run installs (downloads, mostly), built while `make test`
+# runs: the Django 6.0 virtualenv and the benchmark peers' (bench.peers.venv).
+ci-prepare: venv venv-django60
+	$(PY) -c "from bench.peers.venv import peers_python; peers_python()"
 
 ci-tail:
 	$(MAKE) --no-print-directory docs

@@ -29,7 +29,7 @@ from tests.support.workers import leasing_env
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 # How long nothing answers on the port before the relay opens.
-DOWN_S = 3.0
+DOWN_S = 1.5
 
 
 def _free_port() -> int:
