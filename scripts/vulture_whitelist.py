@@ -165,7 +165,7 @@ _.type_label
 _.status_label
 
 # --- Django's Tasks framework and prometheus_client ------------------------------------------
-_.supports_defer  # tasks.py: what LeasingBackend declares to django.tasks
+_.supports_defer  # tasks/backend.py: what LeasingBackend declares to django.tasks
 _.supports_async_task
 _.supports_get_result
 _.supports_priority
