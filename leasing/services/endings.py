@@ -105,34 +105,23 @@ def fail_attempt(
     retry: bool,
     reason: str = "handler_error",
     elapsed_ms: float | None = None,
-) -> ReleaseOutcome:
-    """End the attempt and record it; `LeaseLostError` if the lease moved on."""
-    with transaction.atomic(using=manager.using):
-        return _end_attempt(
-            manager, lease, error, retry=retry, reason=reason, elapsed_ms=elapsed_ms
-        )
-
-
-def _end_attempt(
-    manager: LeaseManager,
-    lease: Lease,
-    error: BaseException | str,
-    *,
-    retry: bool,
-    reason: str,
-    elapsed_ms: float | None,
     note_retry: bool = False,
 ) -> ReleaseOutcome:
-    """`fail_attempt` inside the caller's transaction."""
-    outcome = manager.end_attempt(
-        lease.key,
-        retry=retry,
-        error=error_text(error),
-        retry_count=lease.retry_count,
-        note_retry=note_retry,
-    )
-    _record(manager, lease, outcome, reason=reason, error=error, elapsed_ms=elapsed_ms)
-    return outcome
+    """End the attempt and record it; `LeaseLostError` if the lease moved on.
+
+    `note_retry`: the stored message ends "- retry n/m" if the item goes back to
+    pending, as the ending statement decides.
+    """
+    with transaction.atomic(using=manager.using):
+        outcome = manager.end_attempt(
+            lease.key,
+            retry=retry,
+            error=error_text(error),
+            retry_count=lease.retry_count,
+            note_retry=note_retry,
+        )
+        _record(manager, lease, outcome, reason=reason, error=error, elapsed_ms=elapsed_ms)
+        return outcome
 
 
 def interrupt_attempt(
@@ -161,13 +150,12 @@ def time_out_attempt(
     even when that holder commits while the statement runs (it runs again).
     """
     message = f"Timed out after {round(lease.cap_seconds)} s"
-    with transaction.atomic(using=manager.using):
-        return _end_attempt(
-            manager,
-            lease,
-            message,
-            retry=retry,
-            reason="timed_out",
-            elapsed_ms=elapsed_ms,
-            note_retry=True,
-        )
+    return fail_attempt(
+        manager,
+        lease,
+        message,
+        retry=retry,
+        reason="timed_out",
+        elapsed_ms=elapsed_ms,
+        note_retry=True,
+    )
