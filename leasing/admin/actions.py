@@ -37,7 +37,7 @@ from ..models import WorkItem
 from ..services import operations
 from ..states import WorkItemStatus
 from . import bulk, display
-from .forms import BulkActionForm, OperatorActionForm
+from .forms import OperatorActionForm
 from .guards import refusal_message, unstorable_ids
 from .wording import ACTION_TEXT
 
@@ -251,7 +251,7 @@ def bulk_by_filter(
             bulk.apply(modeladmin, request, action=action, selection=selection, reason=reason)
             return None
     else:
-        form = BulkActionForm(initial={"expected": selection.count})
+        form = bulk.blank_form(selection)
     # Django dispatches an action only when a row is ticked: one id rides along.
     hidden = {"action": ACTION_NAMES[action], "select_across": "1", "index": "0"}
     if selection.ids:

@@ -1,10 +1,16 @@
 """Operator actions on every item matching a selection: a list filter, an error group.
 
 The confirmation page states how many items match now and refuses more than
-`BULK_LIMIT` (narrow the selection instead). Confirming evaluates the
-selection again (`confirmed`): unless as many items match as the page showed
-(its hidden `expected` count), nothing is written and the page is shown again
-with an error and the count of now. Otherwise it calls
+`BULK_LIMIT` (narrow the selection instead). It carries the selection it
+showed in two hidden fields: `expected`, how many items matched, and
+`fingerprint`, which ones (`Selection.fingerprint`: a digest of their sorted
+ids). Confirming evaluates the selection again (`confirmed`) and compares
+both: unless the same count AND the same items match now, nothing is written
+and the page is shown again with an error and the count and fingerprint of
+now. So items that changed meanwhile are never acted on unseen, not even when
+as many others took their place (three failed items retried, three others
+failed). A count or fingerprint missing or malformed is an altered page:
+nothing is written either. Otherwise it calls
 `leasing.services.operations.apply_action` once per item,
 fenced by the lease token read just before: an item whose lease moves on
 while the action runs, or that is no longer in a status the action applies
@@ -15,6 +21,7 @@ the selection and the reason.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,7 +36,7 @@ from ..conf import WRITE_DATABASE
 from ..exceptions import LeasingError
 from ..models import WorkItem
 from ..services import operations
-from .forms import BulkActionForm
+from .forms import FINGERPRINT_DIGITS, BulkActionForm
 from .wording import ACTION_TEXT
 
 if TYPE_CHECKING:
@@ -54,6 +61,13 @@ class Selection:
     def count(self) -> int:
         return len(self.ids)
 
+    @property
+    def fingerprint(self) -> str:
+        """Which items match, not only how many: the first 16 hex digits of the SHA-256
+        of the ids, sorted, one a line (whatever order the database read them in)."""
+        joined = "\n".join(sorted(self.ids)).encode()
+        return hashlib.sha256(joined).hexdigest()[:FINGERPRINT_DIGITS]
+
 
 def select(queryset: QuerySet[WorkItem], description: str) -> Selection:
     ids = queryset.order_by().values_list("pk", flat=True)[: BULK_LIMIT + 1]
@@ -61,13 +75,20 @@ def select(queryset: QuerySet[WorkItem], description: str) -> Selection:
 
 
 ALTERED = (
-    "The confirmation page was altered or is incomplete (the count of items it showed is "
-    "missing or not a number); nothing was changed. Review the selection and confirm again."
+    "The confirmation page was altered or is incomplete (the count of items it showed, or "
+    "the fingerprint of which ones, is missing or malformed); nothing was changed. Review "
+    "the selection and confirm again."
 )
 
 
 def _items(count: int) -> str:
     return f"{count:,} work item{'s' if count != 1 else ''}"
+
+
+def blank_form(selection: Selection, reason: str = "") -> BulkActionForm:
+    """The confirmation form for `selection` as it is now: its count and fingerprint."""
+    initial = {"reason": reason, "expected": selection.count, "fingerprint": selection.fingerprint}
+    return BulkActionForm(initial=initial)
 
 
 def confirmed(
@@ -77,17 +98,19 @@ def confirmed(
     when nothing may be applied, with the form to show the page again with.
 
     Applied only when the page's hidden `expected` count is the number of items
-    that match now: a count the page cannot have shown (altered or lost), or one
-    the selection no longer has (items changed meanwhile), writes nothing and says
-    so in an error; the page is shown again with the count of now and the reason
-    given, to be confirmed again. A selection over `BULK_LIMIT` is refused by the
-    page itself, a missing reason by the form's error.
+    that match now and its hidden `fingerprint` is theirs: a count or fingerprint
+    the page cannot have shown (altered, lost or malformed), a count the selection
+    no longer has, or as many items as then but other ones (items changed
+    meanwhile) writes nothing and says so in an error; the page is shown again
+    with the count and fingerprint of now and the reason given, to be confirmed
+    again. A selection over `BULK_LIMIT` is refused by the page itself, a missing
+    reason by the form's error.
     """
     form = BulkActionForm(request.POST)
     if selection.over_limit:
         return None, form
     valid = form.is_valid()
-    if "expected" in form.errors:
+    if "expected" in form.errors or "fingerprint" in form.errors:
         message = ALTERED
     elif not valid:
         return None, form
@@ -98,11 +121,18 @@ def confirmed(
             f"match{'es' if now == 1 else ''} now, {then:,} did then ({selection.description}); "
             "nothing was changed. Check the count and confirm again."
         )
+    elif form.cleaned_data["fingerprint"] != selection.fingerprint:
+        now = selection.count
+        message = (
+            f"The selection changed after the page was shown: {_items(now)} "
+            f"match{'es' if now == 1 else ''} now, as many as then, but not the same "
+            f"one{'s' if now != 1 else ''} ({selection.description}); nothing was changed. "
+            "Check the items and confirm again."
+        )
     else:
         return form.cleaned_data["reason"], form
     modeladmin.message_user(request, message, messages.ERROR)
-    initial = {"reason": request.POST.get("reason", ""), "expected": selection.count}
-    return None, BulkActionForm(initial=initial)
+    return None, blank_form(selection, request.POST.get("reason", ""))
 
 
 def confirmation_page(

@@ -37,11 +37,19 @@ def reason_field() -> forms.CharField:
     )
 
 
+# Hex digits of a selection's fingerprint (`leasing.admin.bulk.Selection.fingerprint`).
+FINGERPRINT_DIGITS = 16
+
+
 class BulkActionForm(forms.Form):
-    """Confirm an action on every item matching a selection: a reason, and the count seen."""
+    """Confirm an action on every item matching a selection: a reason, and the selection
+    seen (how many items: `expected`; which ones: `fingerprint`)."""
 
     reason = reason_field()
     expected = forms.IntegerField(min_value=0, max_value=BIGINT_MAX, widget=forms.HiddenInput)
+    fingerprint = forms.RegexField(
+        regex=rf"\A[0-9a-f]{{{FINGERPRINT_DIGITS}}}\Z", strip=False, widget=forms.HiddenInput
+    )
 
 
 class OperatorActionForm(forms.Form):

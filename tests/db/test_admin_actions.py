@@ -6,6 +6,7 @@ confirmation page's form as parsed from its HTML. Runs on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import django
@@ -408,6 +409,122 @@ def test_select_all_whose_selection_changed_meanwhile_writes_nothing_and_says_so
     assert all(row(pk)["status"] == "pending" for pk in stale)
 
 
+def _fingerprint(ids: list[str]) -> str:
+    """The fingerprint a confirmation page must carry for these items (of any order)."""
+    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:16]
+
+
+def test_select_all_confirmation_carries_the_fingerprint_of_its_items_and_applies(
+    operator_client,
+):
+    """The page carries which items it showed, not only how many, and confirming it
+    unchanged applies the action to those items."""
+    stale = _stale_leases(3)
+    url = changelist_url("lease_health=stale")
+    fields = form_fields(
+        _bulk_page(operator_client, url, stale[0]).content.decode(), "leasing-bulk-form"
+    )
+    assert fields["expected"] == ["3"]
+    assert fields["fingerprint"] == [_fingerprint(stale)]
+    fields["reason"] = ["the NFS mount is back"]
+    done = operator_client.post(url, fields, follow=True)
+    assert messages_of(done) == [
+        "3 work items force-released (work items with lease_health=stale)."
+    ]
+    assert all(row(pk)["status"] == "pending" for pk in stale)
+    assert LogEntry.objects.filter(object_id__in=stale).count() == 3
+
+
+@pytest.mark.parametrize("replaced", [1, 3])
+def test_select_all_whose_items_changed_to_as_many_others_writes_nothing_and_says_so(
+    operator_client, replaced
+):
+    """The page showed 3 items; when it is confirmed, 3 items match again but not the same
+    ones (some renewed their lease, as many others went stale): nothing is applied (the
+    count alone let it act on items the operator never saw), the error says so, and the
+    page is shown again with the fingerprint of now, which then applies to those."""
+    shown = _stale_leases(3)
+    url = changelist_url("lease_health=stale")
+    fields = form_fields(
+        _bulk_page(operator_client, url, shown[0]).content.decode(), "leasing-bulk-form"
+    )
+    fields["reason"] = ["the NFS mount is back"]
+    register_holders()
+    others = [claim(f"task-other-{n}", "worker-2").work_item_id for n in range(replaced)]
+    for item_id in others:
+        shift(item_id, heartbeat_at=-300)
+    for item_id in shown[:replaced]:
+        shift(item_id, heartbeat_at=0)  # renewed: healthy again
+    now = [*shown[replaced:], *others]
+    everything = [*shown, *others]
+    before = {pk: row(pk) for pk in everything}
+
+    response = operator_client.post(url, fields, follow=True)
+    assert response.status_code == 200
+    [message] = [m for m in response.context["messages"]]
+    assert message.level_tag == "error"
+    assert message.message == (
+        "The selection changed after the page was shown: 3 work items match now, as many as "
+        "then, but not the same ones (work items with lease_health=stale); nothing was "
+        "changed. Check the items and confirm again."
+    )
+    assert {pk: row(pk) for pk in everything} == before  # each item as it was
+    _nothing_written(everything)
+
+    again = form_fields(response.content.decode(), "leasing-bulk-form")
+    assert again["expected"] == ["3"] and again["reason"] == ["the NFS mount is back"]
+    assert again["fingerprint"] == [_fingerprint(now)] != fields["fingerprint"]
+    done = operator_client.post(url, again, follow=True)
+    assert "3 work items force-released (work items with lease_health=stale)." in messages_of(done)
+    assert all(row(pk)["status"] == "pending" for pk in now)
+    assert all(row(pk)["status"] == "in_progress" for pk in shown[:replaced])
+
+
+@pytest.mark.parametrize(
+    "fingerprint",
+    [
+        pytest.param(None, id="removed"),
+        pytest.param("", id="empty"),
+        pytest.param("not-a-fingerprint", id="not-hex"),
+        pytest.param("0123456789abcde", id="too-short"),
+        pytest.param("0123456789abcdef0", id="too-long"),
+        pytest.param("0123456789ABCDEF", id="upper-case"),
+        pytest.param("0123456789abcdef\n", id="trailing-newline"),
+        pytest.param(" 0123456789abcdef", id="padded"),
+        pytest.param("é" * 16, id="not-ascii"),
+    ],
+)
+def test_select_all_with_an_altered_fingerprint_writes_nothing_and_says_so(
+    operator_client, fingerprint
+):
+    """A fingerprint the page cannot have shown (lost or malformed) is an altered page,
+    whatever the count: nothing is applied, never a 500, and the page is shown again
+    with the fingerprint of now."""
+    stale = _stale_leases(3)
+    url = changelist_url("lease_health=stale")
+    fields = form_fields(
+        _bulk_page(operator_client, url, stale[0]).content.decode(), "leasing-bulk-form"
+    )
+    fields["reason"] = ["the NFS mount is back"]
+    if fingerprint is None:
+        del fields["fingerprint"]
+    else:
+        fields["fingerprint"] = [fingerprint]
+    response = operator_client.post(url, fields, follow=True)
+    assert response.status_code == 200
+    [message] = [m for m in response.context["messages"]]
+    assert message.level_tag == "error"
+    assert "altered or is incomplete" in message.message and "fingerprint" in message.message
+    assert "nothing was changed" in message.message and "confirm again" in message.message
+    _nothing_written(stale)
+
+    again = form_fields(response.content.decode(), "leasing-bulk-form")
+    assert again["expected"] == ["3"] and again["fingerprint"] == [_fingerprint(stale)]
+    done = operator_client.post(url, again, follow=True)
+    assert "3 work items force-released (work items with lease_health=stale)." in messages_of(done)
+    assert all(row(pk)["status"] == "pending" for pk in stale)
+
+
 def _failed(task_id: str) -> str:
     lease = claim(task_id, "w-1", max_retries=0)
     LeaseManager("w-1").release_lease(
@@ -439,3 +556,44 @@ def test_retrying_an_error_group_with_an_altered_or_stale_count_writes_nothing(
     assert again["expected"] == ["3"]
     operator_client.post(retry_url, again)
     assert all(row(pk)["status"] == "pending" for pk in ids)
+
+
+def test_retrying_an_error_group_whose_items_changed_to_as_many_others_writes_nothing(
+    operator_client,
+):
+    """The group's page showed 3 failed items; meanwhile those 3 were retried and 3 others
+    failed with the same error: as many items match, but not the ones shown. Nothing is
+    retried (the count alone retried the 3 the operator never saw), the error says so,
+    and the page is shown again with the items of now, whose confirmation retries them."""
+    shown = [_failed(f"task-group-{n}") for n in range(3)]
+    errors = operator_client.get(reverse("admin:leasing_workitem_errors")).content.decode()
+    retry_url = re.search(r'href="([^"]*errors/retry/\?[^"]*)"', errors)[1].replace("&amp;", "&")
+    fields = form_fields(operator_client.get(retry_url).content.decode(), "leasing-bulk-form")
+    assert fields["expected"] == ["3"] and fields["fingerprint"] == [_fingerprint(shown)]
+    fields["reason"] = ["the lookup service is back"]
+    # Another operator retries the 3 items one by one; 3 others fail the same way.
+    page = start_action(operator_client, "retry_failed_selected", *shown)
+    retried = confirm(operator_client, page, reason="retried one by one")
+    assert "3 work items sent back to pending." in messages_of(retried)
+    others = [_failed(f"task-other-{n}") for n in range(3)]
+    everything = [*shown, *others]
+    before = {pk: row(pk) for pk in everything}
+    entries = LogEntry.objects.count()
+    transitions = Checkpoint.objects.filter(checkpoint_type="state_transition").count()
+
+    response = operator_client.post(retry_url, fields, follow=True)
+    assert response.status_code == 200
+    [message] = [m for m in response.context["messages"]]
+    assert message.level_tag == "error"
+    assert "3 work items match now, as many as then, but not the same ones" in message.message
+    assert "nothing was changed" in message.message
+    assert {pk: row(pk) for pk in everything} == before  # each item as it was
+    assert all(row(pk)["status"] == "failed" for pk in others)
+    assert LogEntry.objects.count() == entries
+    assert Checkpoint.objects.filter(checkpoint_type="state_transition").count() == transitions
+
+    again = form_fields(response.content.decode(), "leasing-bulk-form")
+    assert again["expected"] == ["3"] and again["fingerprint"] == [_fingerprint(others)]
+    assert again["reason"] == ["the lookup service is back"]
+    operator_client.post(retry_url, again)
+    assert all(row(pk)["status"] == "pending" for pk in others)

@@ -30,7 +30,7 @@ from ...services.operations import Action
 from ...sql.runner import database_now
 from .. import bulk
 from ..display import ERROR_HIDDEN, ChangeUrls, error_text, errors_visible
-from ..forms import BulkActionForm, WindowForm
+from ..forms import WindowForm
 from .common import console_context, ignored_values
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Htt
             )
             return HttpResponseRedirect(errors_url)
     else:
-        confirm = BulkActionForm(initial={"expected": selection.count})
+        confirm = bulk.blank_form(selection)
     return bulk.confirmation_page(
         model_admin,
         request,
