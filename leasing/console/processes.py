@@ -203,13 +203,43 @@ def records_passes(sweeper: ProcessInfo) -> bool:
     return sweeper.worker_id.endswith(ONCE_SUFFIX) or sweeper.worker_id == SCHEDULED_SWEEPER_ID
 
 
+# `sweep_health` reads every running or stopping sweeper (up to `SWEEPERS_ALIVE`, the
+# most recently seen first: more means crashed ones that no sweep marked lost), the
+# `SWEEPERS_ENDED` stopped or lost ones with the newest passes, and the newest row of
+# one-off passes: stopped rows of history must never hide a sweep that still runs.
+SWEEPERS_ALIVE = 200
+SWEEPERS_ENDED = 20
+_ENDED_STATUSES = [s for s in WorkerStatus.values if s not in ALIVE_STATUSES]
+
+
+def _sweeper_rows(using: str) -> list[Worker]:
+    """The sweepers `sweep_health` judges by, newest pass first, in one statement.
+
+    Each subquery is a range of `workers_role_status_idx` (role, status); the
+    stopped rows are sorted in memory, as few as the sweep processes ever started.
+    """
+    newest_first = (F("last_scan_at").desc(nulls_last=True), F("last_seen_at").desc())
+    sweepers = Worker.objects.using(using).sweepers()
+    alive = sweepers.filter(status__in=ALIVE_STATUSES).order_by("-last_seen_at")
+    ended = sweepers.filter(status__in=_ENDED_STATUSES).order_by(*newest_first)
+    # As `records_passes`: a stopped row of one-off passes is judged by its last pass.
+    one_off = ended.filter(
+        Q(**{f"last_scan_stats__{ONE_OFF}": True})
+        | Q(worker_id__endswith=ONCE_SUFFIX)
+        | Q(worker_id=SCHEDULED_SWEEPER_ID)
+    )
+    return list(
+        sweepers.filter(
+            Q(pk__in=alive.values("pk")[:SWEEPERS_ALIVE])
+            | Q(pk__in=ended.values("pk")[:SWEEPERS_ENDED])
+            | Q(pk__in=one_off.values("pk")[:1])
+        ).order_by(*newest_first)
+    )
+
+
 def sweep_health(*, now: datetime | None = None, using: str = "default") -> SweepHealth:
     now = now or database_now(using)
-    rows = list(
-        Worker.objects.using(using)
-        .sweepers()
-        .order_by(F("last_scan_at").desc(nulls_last=True), "-last_seen_at")[:20]
-    )
+    rows = _sweeper_rows(using)
     sweepers = sorted((_process(r, now) for r in rows), key=lambda s: not s.liveness.silent)
     # A sweep process that stopped or was lost makes no more passes, whatever its last one.
     judged = [s for s in sweepers if s.status in ALIVE_STATUSES or records_passes(s)]

@@ -358,3 +358,73 @@ def test_passes_of_cron_and_django_q_stay_judged_by_time_though_their_row_is_sto
         html = viewer_client.get(dashboard_url()).content.decode()
         assert strip_entries(html)["sweep"] == entry
     assert re.search(r"No recovery sweep for 3 min 2\d s", html)  # by its time, not its status
+
+
+# --- the sweep: stopped rows of history never hide a sweep that runs ---------------------------
+
+
+def sweeps_of_the_past(count: int, *, newest: float) -> None:
+    """`count` sweep processes that passed every 60 s and stopped, the last `newest` s ago."""
+    now = database_now()
+    for n in range(count):
+        at = now - timedelta(seconds=newest + n)
+        Worker.objects.create(worker_id=f"sweeper@old:{n}", role="sweeper", hostname="old", pid=n,
+                              heartbeat_interval=60, status="stopped", scans=3,
+                              last_scan_at=at, last_seen_at=at, stopped_at=at)  # fmt: skip
+
+
+def sweep_running_gauge() -> float:
+    """`leasing_sweep_running`, as /metrics says it."""
+    body = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t0ken").content.decode()
+    [value] = [
+        s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name == "leasing_sweep_running"
+    ]
+    return value
+
+
+def test_a_sweep_that_just_started_runs_however_many_stopped_ones_passed_before(
+    viewer_client, leasing_settings
+):
+    leasing_settings(METRICS_TOKEN="t0ken")
+    sweeps_of_the_past(25, newest=10)
+    processes.register("sweeper@h:9:new", "sweeper", heartbeat_interval=60)  # no pass yet
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "No recovery sweep is running" not in html
+    assert "The running recovery sweep has recorded no pass yet" in html
+    assert strip_entries(html)["sweep"] == ("bad", "Recovery sweep not running")  # none ended
+    assert 'data-worker="sweeper@h:9:new"' in html
+    assert sweep_running_gauge() == 1
+
+
+def test_a_running_sweep_is_judged_by_its_pass_though_stopped_ones_passed_since(
+    viewer_client, leasing_settings
+):
+    leasing_settings(METRICS_TOKEN="t0ken")
+    sweeps_of_the_past(25, newest=5)  # passes 5 to 29 s ago
+    sweep_process("sweeper@h:9:on")
+    Worker.objects.filter(pk="sweeper@h:9:on").update(
+        last_scan_at=database_now() - timedelta(seconds=40)
+    )
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "No recovery sweep is running" not in html
+    assert 'data-sweep="ok"' in html
+    assert strip_entries(html)["sweep"] == ("ok", "Recovery sweep OK")
+    assert sweep_running_gauge() == 1
+
+
+def test_one_off_passes_are_judged_by_time_though_stopped_sweeps_passed_since(
+    viewer_client, leasing_settings
+):
+    leasing_settings(METRICS_TOKEN="t0ken", SWEEP_INTERVAL=60)
+    sweeps_of_the_past(25, newest=5)
+    RecoverySweep(worker_id="nightly-sweep", scan_interval_seconds=60).scan_and_recover()
+    Worker.objects.filter(pk="nightly-sweep").update(
+        last_scan_at=database_now() - timedelta(seconds=40)
+    )
+    html = viewer_client.get(dashboard_url()).content.decode()
+    assert "No recovery sweep is running" not in html
+    assert strip_entries(html)["sweep"] == ("ok", "Recovery sweep OK")
+    assert sweep_running_gauge() == 0  # one-off passes: no process
