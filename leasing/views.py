@@ -70,8 +70,10 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     logged-in non-staff user 403, and an anonymous browser is sent to the
     admin login. The query string is ignored. GET and HEAD only: any other
     method gets 405. A database that does not answer (the read database, or
-    the primary) gets 503 and one line saying which and why: the scrape fails
-    rather than report figures from elsewhere.
+    the primary), or one that cancels the scrape's query (`statement_timeout`,
+    `lock_timeout`, a conflict with recovery on a replica), gets 503 and one
+    line saying which and why: the scrape fails rather than report figures from
+    elsewhere.
     """
     token = _bearer_token(request)
     if token is not None or "Authorization" in request.headers:
@@ -85,7 +87,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     try:
         body, content_type = render_latest(read_alias())
     except (DatabaseUnavailable, DatabaseError) as exc:
-        outage = unreachable(exc)
+        outage = unreachable(exc, read_only=True)  # require_safe: a scrape writes nothing
         if outage is None:
             raise
         return HttpResponse(
