@@ -55,9 +55,10 @@ class Sizes:
     ceiling_batches: list[int] = field(default_factory=lambda: [1, 10, 100])
     ceiling_workers: list[int] = field(default_factory=lambda: [1, 2, 4])
     # Per loop process (drain.drain_ceiling): on a slow host the single-item loop
-    # makes ~450 jobs/s, so 12 s still times ~5,000 items and keeps make bench < 15 min
-    # (15 s until the burst pairs became three).
-    ceiling_max_s: float = 12.0
+    # makes ~450 jobs/s, so 8 s still times ~3,600 items, and make bench stays
+    # under 15 minutes on a slow phase (12 s until 2026-12-01, 15 s before the
+    # burst pairs became three).
+    ceiling_max_s: float = 8.0
     # Drains of the batched loop where runworker's drains alternate (throughput's
     # logging_repeats): the K=100 ratio is then of two medians.
     ceiling_repeats: int = 3
@@ -71,8 +72,9 @@ class Sizes:
     longrun_workers: int = 4
     steady_workers: int = 4
     steady_loads: list[float] = field(default_factory=lambda: [0.1, 0.25, 0.5, 0.9])
-    steady_seconds: float = 30.0
-    steady_capacity_seconds: float = 20.0
+    # A load of 10% on a slow phase still enqueues ~13,000 items in 20 s.
+    steady_seconds: float = 20.0
+    steady_capacity_seconds: float = 16.0
     peers_items: int = 20_000
     peers_workers: list[int] = field(default_factory=lambda: [1, 4])
     peers_window_s: float = 4.0
@@ -105,7 +107,10 @@ class Sizes:
     recovery_sweep_interval_s: float = 0.5
     sweep_rows: int = 1_000_000
     sweep_expired: list[int] = field(default_factory=lambda: [1_000, 100_000])
-    sweep_repeats: int = 3  # passes over 1,000 expired leases, each in a fresh process
+    # Passes over 1,000 expired leases, each in a fresh process, and as many floors
+    # alternated with them: with three, one slow pass of a bimodal 65 / 95-125 ms
+    # moved the median ratio from 1.4x to 2.5x.
+    sweep_repeats: int = 5
     # Checkpoints already in the table for the sweep's retention cleanup: 5 a task,
     # the newest 12,000 within the last minute (200 a second).
     sweep_history_checkpoints: int = 1_000_000

@@ -4,8 +4,8 @@ Four `runworker` processes (default settings, no --burst) wait, LISTENing; a
 producer process (`bench.producer`) then enqueues at a fixed rate with
 `enqueue_many()` every 10 ms. The steady capacity is measured first, the same
 way: the producer asks for twice the drain capacity (runworker's jobs/s at 4
-processes in the throughput scenario, or a drain measured here) for 20 s, and
-the capacity is the items completed per second over its last 15; the
+processes in the throughput scenario, or a drain measured here) for 16 s, and
+the capacity is the items completed per second over its last 12; the
 producer shares this host's CPUs with the workers and the server, so it is
 below the drain capacity. Reported per load: enqueue->start and
 enqueue->completion p50/p99 of every item (database clock) from the INSERT's
@@ -47,7 +47,7 @@ LOW_XACT_PER_JOB = 0.1
 LOW_CPU_TO_DRAIN = 2.0
 WINDOW_S = 10  # enqueue->start p50/p99 are also reported per window of this many seconds
 BACKLOG = "SELECT count(*) FROM work_items WHERE status IN ('pending', 'in_progress')"
-# The first quarter of the capacity run (5 of 20 s) starts from idle workers: not counted.
+# The first quarter of the capacity run (4 of 16 s) starts from idle workers: not counted.
 CAPACITY_SKIP_SHARE = 0.25
 VACUUM_PAUSE_S = 1.0
 

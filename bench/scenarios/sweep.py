@@ -143,7 +143,10 @@ def sweep_once(
 
     A sweep of 1,000 is timed `sweep_repeats` times (the same rows expired
     again before each) and reported as the median with every run beside it:
-    on this shared host one pass of the same work took 76 to 165 ms.
+    on this shared host one pass of the same work took 76 to 165 ms. Each
+    pass, and each of its floors, starts right after a CHECKPOINT
+    (`Bench.checkpoint`), as the drains do: both then pay the same full-page
+    writes, wherever PostgreSQL's own checkpoint cycle is.
     """
     rows_total = rows_total or bench.sizes.sweep_rows
     repeats = (
@@ -194,6 +197,7 @@ def _floor_pass(bench: Bench, expired: int) -> float:
     expire(bench, expired)
     bench.vacuum_analyze()
     bench.vacuum_analyze("checkpoints")
+    bench.checkpoint()
     with connect(bench.url, autocommit=False) as conn:
         ids, tasks = zip(
             *conn.execute(
@@ -242,6 +246,7 @@ def _one_pass(
     expire(bench, expired)
     bench.vacuum_analyze()
     bench.vacuum_analyze("checkpoints")
+    bench.checkpoint()
     progress(f"  sweeping {expired} expired among {rows_total} ({variant})")
     out = bench.log_dir / f"sweep-{expired}-{variant.replace(' ', '-')}.json"
     command = [PYTHON, "-m", "bench.sweeper", str(out)]
