@@ -7,6 +7,10 @@ item and its `error_boundary` checkpoints back as a `TaskResult`.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
@@ -15,7 +19,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError
+from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
@@ -41,7 +45,12 @@ _STATUS = {
     WorkItemStatus.FAILED.value: TaskResultStatus.FAILED,
     # Django's Tasks have no cancelled status: a cancelled task did not succeed.
     WorkItemStatus.CANCELLED.value: TaskResultStatus.FAILED,
+    # Allowed by the schema, entered by no transition: a lease that ran out and awaits
+    # the sweep, which an in_progress item with an expired lease reports as RUNNING too.
+    WorkItemStatus.EXPIRED.value: TaskResultStatus.RUNNING,
 }
+# The holder of a row in these statuses is running it (or was, until its lease ran out).
+_HELD = (WorkItemStatus.IN_PROGRESS.value, WorkItemStatus.EXPIRED.value)
 
 
 NOT_INSTALLED = (
@@ -120,6 +129,22 @@ class LeasingBackend(BaseTaskBackend):
         if self.option_problems:
             raise ImproperlyConfigured(self.option_problems[0])
 
+    def validate_task(self, task: Task[..., Any]) -> None:
+        """Django's checks, after the types they assume: they compare before they check, so
+        a priority "5" raised TypeError, NaN ValueError, a run_after "2030-01-01"
+        AttributeError and an unhashable queue name TypeError, instead of InvalidTask."""
+        priority = task.priority
+        if not isinstance(priority, numbers.Real | Decimal) or not math.isfinite(priority):
+            raise InvalidTask(
+                f"priority must be a whole number between {TASK_MIN_PRIORITY} and "
+                f"{TASK_MAX_PRIORITY}, got {priority!r}."
+            )
+        if task.run_after is not None and not isinstance(task.run_after, datetime):
+            raise InvalidTask(f"run_after must be an aware datetime, got {task.run_after!r}.")
+        if not isinstance(task.queue_name, str):
+            raise InvalidTask(f"queue_name must be a string, got {task.queue_name!r}.")
+        super().validate_task(task)
+
     def enqueue[**P, R](self, task: Task[P, R], args: Any, kwargs: Any) -> TaskResult[P, R]:
         self._require_usable()
 
@@ -140,7 +165,8 @@ class LeasingBackend(BaseTaskBackend):
             task_id=new_ulid(),
             work_type=TASK_WORK_TYPE,
             input_data={"task": task.module_path, **arguments, "backend": self.alias},
-            priority=task.priority,
+            # A whole number (validate_task): 5.0 as Django allows it, stored as 5.
+            priority=int(task.priority),
             max_retries=self.max_retries,
             run_after=task.run_after,
             queue_name=task.queue_name,
@@ -187,15 +213,14 @@ class LeasingBackend(BaseTaskBackend):
     ) -> TaskResult[P, R]:
         errors = [
             TaskError(
-                exception_class_path=b.get("exception_class_path")
-                or "leasing.exceptions.LeaseExpiredError",
+                exception_class_path=b.get("exception_class_path") or _default_class(b),
                 traceback=b.get("traceback") or b.get("error") or "",
             )
             for b in boundaries
-            if b.get("reason") != "interrupted"
+            if not _uncounted_interruption(b)
         ]
         worker_ids = [str(b.get("worker_id") or "") for b in boundaries]
-        if item.status == WorkItemStatus.IN_PROGRESS and item.lease_holder:
+        if item.status in _HELD and item.lease_holder:
             worker_ids.append(item.lease_holder)
         elif item.status == "completed" and isinstance(item.output_data, dict):
             worker_ids.append(item.output_data.get("worker_id", ""))
@@ -221,6 +246,25 @@ class LeasingBackend(BaseTaskBackend):
 
 
 _FINISHED = {TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED}
+
+
+def _uncounted_interruption(boundary: dict[str, Any]) -> bool:
+    """An attempt the database cut short and handed back without counting it: no error of
+    the task. The one that ends a run of MAX_INTERRUPTIONS counts like a failure (a retry
+    used, or the item failed) and is one."""
+    return (
+        boundary.get("reason") == "interrupted"
+        and boundary.get("new_status") == WorkItemStatus.PENDING
+        and boundary.get("retry_count") == (boundary.get("attempt") or 1) - 1
+    )
+
+
+def _default_class(boundary: dict[str, Any]) -> str:
+    """The exception an ending that recorded none stands for: the sweep's and a time-out's
+    are an expired lease, a counted interruption the database's outage."""
+    if boundary.get("reason") == "interrupted":
+        return "leasing.exceptions.DatabaseUnavailable"
+    return "leasing.exceptions.LeaseExpiredError"
 
 
 def _storable_id(result_id: Any) -> bool:

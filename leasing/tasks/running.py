@@ -17,8 +17,9 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
+from .. import validation
 from ..context import WorkContext
-from ..exceptions import PermanentError, UnstorableOutput
+from ..exceptions import PayloadNotSerializable, PermanentError, UnstorableOutput
 from .stored import BACKEND_PATH, THEN_RETRY, check_arguments, load_task, task_input
 
 if TYPE_CHECKING:
@@ -103,17 +104,39 @@ def run_task(ctx: WorkContext) -> dict[str, Any]:
             value = task.call(LeasingTaskContext(task_result=result, work=ctx), *args, **kwargs)
         else:
             value = task.call(*args, **kwargs)
-        try:
-            value = normalize_json(value)
-        except (TypeError, ValueError) as exc:
-            raise UnstorableOutput(
-                f"the task's return value cannot be stored as JSON ({exc}); not retried", exc
-            ) from exc
+        output = _output(value, ctx.worker_id)
     except BaseException:
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         task_finished.send(type(backend), task_result=result)
         raise
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-    object.__setattr__(result, "_return_value", value)
+    object.__setattr__(result, "_return_value", output["return_value"])
     task_finished.send(type(backend), task_result=result)
-    return {"return_value": value, "worker_id": ctx.worker_id}
+    return output
+
+
+def _output(value: Any, worker_id: str) -> dict[str, Any]:
+    """The item's output for the task's return value, checked as the worker stores it, or
+    `UnstorableOutput` (not retried: it would run again and return the same).
+
+    normalize_json() takes what the item's JSON column refuses (NaN, a NUL, a lone
+    surrogate, deeper than a payload may be, over MAX_PAYLOAD_BYTES): such a run reported
+    SUCCESSFUL to task_finished before the worker failed it; and it recurses, so a value
+    nested too deep (or containing itself) escaped as RecursionError, retried.
+    """
+    try:
+        output = {"return_value": normalize_json(value), "worker_id": worker_id}
+        validation.payload("it", output)
+    except RecursionError:
+        original = PayloadNotSerializable(
+            f"it is nested more than {validation.MAX_JSON_DEPTH} levels deep (or contains itself)."
+        )
+        raise UnstorableOutput(
+            f"the task's return value cannot be stored as JSON ({original}); not retried",
+            original,
+        ) from None
+    except (TypeError, ValueError) as exc:  # PayloadNotSerializable, PayloadTooLarge too
+        raise UnstorableOutput(
+            f"the task's return value cannot be stored as JSON ({exc}); not retried", exc
+        ) from exc
+    return output
