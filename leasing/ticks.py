@@ -98,11 +98,13 @@ class Timing:
         if self.every is not None:
             step = timedelta(seconds=self.every)
             return EPOCH + ((moment - EPOCH) // step) * step
-        local = moment.astimezone(self.zone)
         # cronsim's reverse walk includes the start's whole second when the
-        # start has microseconds, so a tick exactly at `moment` counts.
-        start = local.replace(microsecond=0) + timedelta(microseconds=1)
-        return next(self._cron_ticks(start, reverse=True)).astimezone(UTC)
+        # start has microseconds, so a tick exactly at `moment` counts. The
+        # arithmetic is done in UTC: adding to a local time drops its `fold`,
+        # which would move a moment of the hour repeated when the clocks go
+        # back to its first occurrence, an hour earlier.
+        start = moment.astimezone(UTC).replace(microsecond=0) + timedelta(microseconds=1)
+        return next(self._cron_ticks(start.astimezone(self.zone), reverse=True)).astimezone(UTC)
 
     def due(self, next_run_at: datetime, now: datetime) -> Due | None:
         """What is owed at `now` to a schedule whose next tick is `next_run_at`.

@@ -63,6 +63,9 @@ type ClockedSchedule = WithAnnotations[Schedule, display.DbClock]
 # this schedule fails each pass).
 OVERDUE_AFTER = 3 * PASS_INTERVAL
 
+# Set on a request whose save the service refused (`ScheduleAdmin.save_model`).
+REFUSED = "leasing_schedule_refused"
+
 DEFINITION = ("work_type", "cron", "every", "timezone", "payload", "queue_name", "missed")
 TIMING = ("cron", "every", "timezone")
 
@@ -248,13 +251,22 @@ class ScheduleAdmin(_ModelAdmin):
         late = (obj.db_now - obj.next_run_at).total_seconds()
         if not obj.enabled or late <= OVERDUE_AFTER:
             return shown  # a disabled schedule keeps its next run, and owes nothing
-        return format_html(
+        overdue = format_html(
             '{} <span class="leasing-bad-text leasing-overdue" title="No scheduler enqueued '
             "this tick within {} of it: is manage.py runscheduler running, and does its log "
             'name this schedule?">overdue by {}</span>',
             shown,
             duration(OVERDUE_AFTER),
             duration(late),
+        )
+        if obj.work_type in handlers or get_settings().allow_unregistered_types:
+            return overdue
+        # The commonest cause, which the scheduler's log names: say it here too.
+        return format_html(
+            '{}: <span class="leasing-bad-text">no handler is registered for its work type '
+            "{}, so the scheduler cannot enqueue its ticks</span>",
+            overdue,
+            repr(obj.work_type),
         )
 
     last_tick = display.time_column("last_tick_at", "last tick at")
@@ -292,7 +304,10 @@ class ScheduleAdmin(_ModelAdmin):
         try:
             if change and obj.from_settings:
                 if "enabled" in changed:
-                    service.set_enabled([obj.pk], obj.enabled)
+                    refused: list[str] = []
+                    service.set_enabled([obj.pk], obj.enabled, refused=refused)
+                    if refused:
+                        raise InvalidInput(refused[0])
                 return
             assert form.spec is not None  # clean() built it
             retime = bool(changed & set(TIMING)) or ("enabled" in changed and obj.enabled)
@@ -301,8 +316,21 @@ class ScheduleAdmin(_ModelAdmin):
             )
         except InvalidInput as exc:
             self.message_user(request, str(exc), messages.ERROR)
+            request.__dict__[REFUSED] = True  # no "changed successfully", no history entry
+            return
         if obj.pk:
             obj.refresh_from_db()  # show what the service wrote (next_run_at, ...)
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        if request.__dict__.get(REFUSED):
+            return None  # the service refused the save: nothing changed
+        return super().log_change(request, obj, message)
+
+    def response_change(self, request: HttpRequest, obj: Schedule) -> HttpResponse:
+        if request.__dict__.get(REFUSED):
+            # Back to the form, whose message says why nothing changed.
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_change(request, obj)
 
     def save_related(self, request: HttpRequest, form: Any, _formsets: Any, change: bool) -> None:
         pass  # no related rows, and the instance was written by the service
@@ -327,8 +355,13 @@ class ScheduleAdmin(_ModelAdmin):
         description="Enable the selected schedules (from their next tick)", permissions=["change"]
     )
     def enable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        count = service.set_enabled(list(queryset.values_list("pk", flat=True)), True)
-        self.message_user(request, f"{count} schedule(s) enabled.", messages.SUCCESS)
+        refused: list[str] = []
+        pks = list(queryset.values_list("pk", flat=True))
+        count = service.set_enabled(pks, True, refused=refused)
+        for why in refused:  # the others were switched on all the same
+            self.message_user(request, why, messages.ERROR)
+        if count or not refused:
+            self.message_user(request, f"{count} schedule(s) enabled.", messages.SUCCESS)
 
     @admin.action(description="Disable the selected schedules", permissions=["change"])
     def disable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:

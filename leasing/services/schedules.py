@@ -11,7 +11,9 @@ whose `next_run_at` has passed, and for each one, in one transaction:
    zone, or an interval) and the next one after now;
 2. moves `next_run_at` from the value it read to the next tick with a
    compare-and-swap (`sql.schedules.advance`); a scheduler that loses the
-   race changes nothing and goes on;
+   race changes nothing and goes on, and so does one whose row was edited
+   since it read it (the swap returns the row: a changed definition rolls
+   the swap back, and the next pass enqueues the tick as the row now says);
 3. enqueues the tick's item with `unique_key="schedule:<name>:<tick>"` held
    for `UNIQUE_FOR` (a period scope: whatever the item's status), so a tick
    can never run twice, even if `next_run_at` is moved back.
@@ -26,7 +28,7 @@ with `missed="skip"` the older ticks are dropped (`skipped` counts them); with
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -46,7 +48,7 @@ from ..sql.runner import (
     to_datetime,
 )
 from ..storage import storage_for
-from ..ticks import ScheduleSpec, Timing, parse_timing, tick_input
+from ..ticks import ScheduleSpec, parse_timing, tick_input
 from .enqueue import enqueue
 
 if TYPE_CHECKING:
@@ -129,34 +131,55 @@ def run_due(
     now: datetime | None = None,
     limit: int = PASS_LIMIT,
     reported: set[tuple[str, str]] | None = None,
+    on_fired: Callable[[Fired], None] | None = None,
 ) -> list[Fired]:
     """Enqueue one item for each due schedule (see the module docstring).
 
     `now` defaults to the database clock; tests pass a moved clock. A
     schedule that cannot enqueue (its work type lost its handler, its time
     zone vanished, its payload outgrew MAX_PAYLOAD_BYTES, any error of its
-    own) is logged and retried next pass; the others go on. Only an outage
+    own) is logged and retried next pass; the others go on, and it does not
+    count towards `limit` (the most ticks a pass enqueues), so schedules that
+    keep failing never hold back the ones due after them. Only an outage
     fails the pass. `reported`: the failures a scheduler's earlier passes
     logged (its loop keeps one set); the same failure again is logged at
-    DEBUG, so a schedule that cannot run is one ERROR line, not one a pass.
+    DEBUG, so a schedule that cannot run is one ERROR line, not one a pass
+    (once it enqueues again, a new failure is a new ERROR line).
+    `on_fired`: called with each tick as soon as its item is enqueued, so a
+    caller can report the ticks of a pass that an outage then interrupts.
     """
     using = validation.database_alias(using)
     d = storage_for(using)
     now = now or database_now(using)
-    fired = []
-    for row in run(using, sql.due(d, now, limit)):
-        try:
-            result = _fire(d, row, now)
-        except Exception as exc:
-            if is_lock_conflict(exc):
-                logger.info("schedule %s: lock conflict, left to the next pass", row["name"])
+    fired: list[Fired] = []
+    after: tuple[datetime, int] | None = None
+    while len(fired) < limit:
+        size = limit - len(fired)
+        rows = run(using, sql.due(d, now, size, after))
+        for row in rows:
+            try:
+                result = _fire(d, row, now)
+            except Exception as exc:
+                if is_lock_conflict(exc):
+                    logger.info("schedule %s: lock conflict, left to the next pass", row["name"])
+                    continue
+                if is_infrastructure_error(exc):
+                    raise  # an outage: this tick changed nothing, the next pass retries
+                _log_failure(row["name"], exc, reported)
                 continue
-            if is_infrastructure_error(exc):
-                raise  # an outage: the pass changed nothing, the next one retries
-            _log_failure(row["name"], exc, reported)
-            continue
-        if result is not None:
+            if result is None:
+                continue
+            if reported:  # it enqueues again: a later failure is a new one
+                reported.difference_update([r for r in reported if r[0] == result.schedule])
             fired.append(result)
+            if on_fired is not None:
+                on_fired(result)
+        if len(rows) < size:
+            break  # no schedule due after these
+        last = rows[-1]
+        moment = to_datetime(last["next_run_at"])
+        assert moment is not None  # due() only returns rows with a next tick
+        after = (moment, int(last["id"]))
     return fired
 
 
@@ -189,8 +212,15 @@ def _fire(d: Storage, row: dict[str, Any], now: datetime) -> Fired | None:
     payload = load_json(row["payload"]) or {}
     key = unique_key(name, due.tick)
     with transaction.atomic(using=using):
-        if not run(using, sql.advance(d, row["id"], expected, due.next_run_at, due.tick)):
-            return None  # another scheduler took this tick
+        current = run_one(using, sql.advance(d, row["id"], expected, due.next_run_at, due.tick))
+        if current is None:
+            return None  # another scheduler took this tick, or the schedule was switched off
+        if _definition(current) != _definition(row):
+            # Edited (in the admin) since this pass read it, with its next tick kept:
+            # its tick is enqueued by the next pass, as the schedule now says.
+            transaction.set_rollback(True, using=using)
+            logger.info("schedule %s changed during the pass; its tick is left to the next", name)
+            return None
         item = enqueue(
             key,
             row["work_type"],
@@ -210,6 +240,20 @@ def _fire(d: Storage, row: dict[str, Any], now: datetime) -> Fired | None:
         " (already enqueued)" if duplicate else "",
     )
     return Fired(name, due.tick, item.work_item_id, due.ticks, duplicate)
+
+
+def _definition(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a row's tick enqueues: its name and definition."""
+    return (
+        row["name"],
+        row["work_type"],
+        row["cron"] or "",
+        row["every"],
+        row["timezone"],
+        load_json(row["payload"]),
+        row["queue_name"],
+        row["missed"],
+    )
 
 
 def save_schedule(
@@ -238,11 +282,21 @@ def save_schedule(
     return int(row["id"])
 
 
-def set_enabled(ids: Iterable[int], enabled: bool, *, using: str = "default") -> int:
+def set_enabled(
+    ids: Iterable[int],
+    enabled: bool,
+    *,
+    using: str = "default",
+    refused: list[str] | None = None,
+) -> int:
     """Switch schedules on or off; returns how many changed.
 
     Switched on, a schedule starts from its first tick after now: the ticks
-    it had while off are not owed.
+    it had while off are not owed. A schedule whose timing this process
+    cannot read (a cron expression without cronsim installed, a time zone
+    its tzdata lacks) has no next tick to start from: it stays off, the
+    others are switched on, and why is logged and appended to `refused` (for
+    the caller to show), one line each.
     """
     using = validation.database_alias(using)
     d = storage_for(using)
@@ -254,21 +308,18 @@ def set_enabled(ids: Iterable[int], enabled: bool, *, using: str = "default") ->
     with transaction.atomic(using=using):
         for row in run(using, sql.for_ids(d, ids)):
             next_run_at = None
-            if enabled:
-                timing = _timing_or_none(row)
-                if timing is None:
+            if enabled and not row["enabled"]:
+                try:
+                    timing = parse_timing(row["cron"] or None, row["every"], row["timezone"])
+                except InvalidInput as exc:
+                    why = f"schedule {row['name']!r} stays off, its next tick unknown here: {exc}"
+                    logger.error("%s", why)
+                    if refused is not None:
+                        refused.append(why)
                     continue
                 next_run_at = timing.next_after(now)
             changed += len(run(using, sql.set_enabled(d, row["id"], enabled, next_run_at)))
     return changed
-
-
-def _timing_or_none(row: dict[str, Any]) -> Timing | None:
-    try:
-        return parse_timing(row["cron"] or None, row["every"], row["timezone"])
-    except InvalidInput as exc:
-        logger.error("schedule %s has a timing that no longer parses: %s", row["name"], exc)
-        return None
 
 
 def delete_schedules(ids: Iterable[int], *, using: str = "default") -> int:

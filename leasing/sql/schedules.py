@@ -158,26 +158,44 @@ def delete(d: Storage, ids: list[int]) -> Statement:
     return f"DELETE FROM schedules WHERE {where} AND NOT from_settings RETURNING id", params
 
 
-def due(d: Storage, now: datetime, limit: int) -> Statement:
-    """Enabled schedules whose next tick is at or before `now`, oldest first."""
+def due(
+    d: Storage, now: datetime, limit: int, after: tuple[datetime, int] | None = None
+) -> Statement:
+    """Enabled schedules whose next tick is at or before `now`, oldest first.
+
+    `after`: the `(next_run_at, id)` of the last row of the page before, so a
+    pass can read on past schedules that are due but cannot fire (they keep
+    their `next_run_at`) instead of reading them again.
+    """
+    params: list[Any] = [d.datetime_param(now)]
+    past = ""
+    if after is not None:
+        past = "AND (next_run_at > %s OR (next_run_at = %s AND id > %s))"
+        moment = d.datetime_param(after[0])
+        params += [moment, moment, after[1]]
     sql = f"""
         SELECT {COLUMNS} FROM schedules
-        WHERE enabled AND next_run_at <= %s
+        WHERE enabled AND next_run_at <= %s {past}
         ORDER BY next_run_at, id
         LIMIT %s
     """
-    return sql, [d.datetime_param(now), limit]
+    return sql, [*params, limit]
 
 
 def advance(
     d: Storage, pk: int, expected: datetime, next_run_at: datetime, tick: datetime
 ) -> Statement:
-    """The compare-and-swap that gives a tick to one scheduler (module docstring)."""
+    """The compare-and-swap that gives a tick to one scheduler (module docstring).
+
+    Returns the row as it is now, definition included: an edit committed since
+    the scheduler read the row (a payload, a name) leaves `next_run_at` as it
+    was, so the caller compares what it read with this before it enqueues.
+    """
     sql = f"""
         UPDATE schedules
         SET next_run_at = %s, last_tick_at = %s, last_run_at = {d.now}, updated_at = {d.now}
         WHERE id = %s AND enabled AND next_run_at = %s
-        RETURNING id
+        RETURNING {COLUMNS}
     """
     return sql, [
         d.datetime_param(next_run_at),

@@ -71,3 +71,35 @@ def test_bad_schedules_in_the_settings_stop_the_command_with_the_check(leasing_s
     assert message.startswith("leasing.E006:") and "'nightly': invalid cron" in message
     assert len(message.splitlines()) == 1
     assert not Schedule.objects.exists()
+
+
+def test_an_outage_mid_pass_still_prints_the_items_the_pass_enqueued(leasing_settings, monkeypatch):
+    from leasing.exceptions import DatabaseUnavailable
+    from leasing.services import schedules as service
+
+    leasing_settings(
+        SCHEDULES={
+            "first": {"work_type": "test.noop", "every": 3600},
+            "second": {"work_type": "test.echo", "every": 3600},
+        }
+    )
+    run("--once")  # synced; both first tick up to an hour away
+    now = database_now()
+    Schedule.objects.filter(name="first").update(next_run_at=now - timedelta(seconds=2))
+    Schedule.objects.filter(name="second").update(next_run_at=now - timedelta(seconds=1))
+    real_enqueue = service.enqueue
+
+    def database_gone_for_the_second(task_id, work_type, *args, **kwargs):
+        if work_type == "test.echo":
+            raise DatabaseUnavailable("Database unavailable: server closed the connection")
+        return real_enqueue(task_id, work_type, *args, **kwargs)
+
+    monkeypatch.setattr(service, "enqueue", database_gone_for_the_second)
+    out = StringIO()
+    with pytest.raises(CommandError, match="server closed the connection"):
+        call_command("runscheduler", "--once", stdout=out, stderr=StringIO())
+    # The item of the first schedule exists: its line is in the output.
+    [line] = out.getvalue().splitlines()
+    schedule, _tick, work_item_id = fired(line)
+    assert schedule == "first"
+    assert WorkItem.objects.get().work_item_id == work_item_id

@@ -62,7 +62,7 @@ class Command(LeasingCommand):
         if options["once"]:
             with self._clear_errors(using):
                 self._sync(using)
-                self._report(run_due(using=using))
+                run_due(using=using, on_fired=self._report)
             return
         stop = threading.Event()
         # A second signal gets the default behaviour: exit at once.
@@ -99,16 +99,17 @@ class Command(LeasingCommand):
         except (DatabaseUnavailable, DatabaseError) as exc:
             raise CommandError(f"database {using!r}: {exc}".splitlines()[0]) from exc
 
-    def _report(self, fired: list[Fired]) -> None:
+    def _report(self, f: Fired) -> None:
+        """One line per tick, written as soon as its item is enqueued: an outage later in
+        the pass must not hide the items it did enqueue."""
         if self.verbosity_level <= 0:
             return
-        for f in fired:
-            line = f"{f.schedule} {f.tick.isoformat()} -> {f.work_item_id}"
-            if f.ticks > 1:
-                line += f" (stands for {f.ticks} ticks)"
-            if f.duplicate:
-                line += " (already enqueued)"
-            self.stdout.write(line)
+        line = f"{f.schedule} {f.tick.isoformat()} -> {f.work_item_id}"
+        if f.ticks > 1:
+            line += f" (stands for {f.ticks} ticks)"
+        if f.duplicate:
+            line += " (already enqueued)"
+        self.stdout.write(line)
         self.stdout.flush()
 
     def _loop(self, using: str, interval: float, stop: threading.Event) -> None:
@@ -117,7 +118,7 @@ class Command(LeasingCommand):
         reported: set[tuple[str, str]] = set()
         while not stop.is_set():
             try:
-                self._report(run_due(using=using, reported=reported))
+                run_due(using=using, reported=reported, on_fired=self._report)
             except Exception as exc:
                 if not is_infrastructure_error(exc):
                     raise
