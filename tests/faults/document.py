@@ -141,7 +141,9 @@ def markdown(report: Report) -> str:
         "sweep or scheduler that exits by itself fails the run (they wait out outages; only "
         "a worker's exit 75, a restart after too many abandoned runs, is by design). Once "
         f"the faults were over, {f['clean_stops']} workers, sweeps and schedulers were "
-        "stopped by SIGTERM and exited 0 (a hang or another exit code fails the run).",
+        "stopped by SIGTERM and exited 0 (a hang or another exit code fails the run; a "
+        "process restarted just before is first given 15 s to start, since Python dies of "
+        "a SIGTERM that comes before the command's own code runs).",
         "",
         "## What is recorded",
         "",

@@ -7,7 +7,12 @@ systemd's `Restart=always` would), and records why it exited: killed by the
 injector, or by itself (with the last line of its log). The stops at the end
 (a retire, the final stop) are recorded too: once the faults are over, a
 worker, sweep or scheduler must exit 0 on SIGTERM by itself, and one that
-hangs or fails there is a finding, not a process to kill quietly.
+hangs or fails there is a finding, not a process to kill quietly. Such a
+stop waits until the process has been up `START_GRACE_S`: one told to stop
+while Python and Django are still starting it dies by SIGTERM's default
+action before any code of the command runs, as any Python program would
+(a scheduler restarted 0.8 s before the faults ended was told to stop 5.8 s
+later, on a loaded host, and exited -15).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from tests.ha.processes import Fleet, Proc
 
 # How long a role stays down before it is started again.
 RESTART_DELAY = 0.5
+# How long a process is given to start before a stop of it is judged (see above).
+START_GRACE_S = 15.0
 # The product's commands, whose stops are judged (the producer is the test's own script).
 JUDGED = ("worker", "sweep", "scheduler")
 
@@ -38,6 +45,7 @@ class Role:
     killed: bool = False  # the injector killed the current process
     retired: bool = False  # stopped for good (the settle phase)
     down_since: float | None = None
+    launched_at: float = 0.0  # time.monotonic() of the current process's start
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,7 @@ class Supervisor:
     def _launch(self, role: Role) -> None:
         role.proc = self.fleet.start(role.name, *role.args, env=role.env)
         role.starts += 1
+        role.launched_at = time.monotonic()
         role.killed = False
         role.down_since = None
 
@@ -169,6 +178,9 @@ class Supervisor:
         self.fleet.stop_all(timeout=timeout)  # anything else the fleet started
 
     def _stop_roles(self, roles: list[Role], timeout: float) -> None:
+        starting = [r.launched_at for r in roles if r.proc is not None and r.proc.alive()]
+        if starting:
+            time.sleep(max(0.0, max(starting) + START_GRACE_S - time.monotonic()))
         running = [r for r in roles if r.proc is not None and r.proc.alive()]
         codes = self.fleet.stop_many([r.proc for r in running if r.proc], timeout=timeout)
         for role in running:
