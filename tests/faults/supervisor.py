@@ -100,6 +100,7 @@ class Supervisor:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    start_grace: float = START_GRACE_S
 
     def start(self) -> None:
         for role in self.roles:
@@ -180,7 +181,7 @@ class Supervisor:
     def _stop_roles(self, roles: list[Role], timeout: float) -> None:
         starting = [r.launched_at for r in roles if r.proc is not None and r.proc.alive()]
         if starting:
-            time.sleep(max(0.0, max(starting) + START_GRACE_S - time.monotonic()))
+            time.sleep(max(0.0, max(starting) + self.start_grace - time.monotonic()))
         running = [r for r in roles if r.proc is not None and r.proc.alive()]
         codes = self.fleet.stop_many([r.proc for r in running if r.proc], timeout=timeout)
         for role in running:

@@ -25,6 +25,10 @@ BEHAVIOURS = {
     "while True: time.sleep(0.05)",
     "crashes": "print('ready', flush=True)\nraise SystemExit(1)",
     "restarts": "print('ready', flush=True)\nraise SystemExit(75)",  # too many abandoned runs
+    # Its handler comes a second after it starts, as a command's after Django's start-up.
+    "starts_slowly": "import signal,sys,time\ntime.sleep(1)\n"
+    "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nprint('ready', flush=True)\n"
+    "while True: time.sleep(0.05)",
     "hangs": "import signal,time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
     "while True: time.sleep(0.05)",
@@ -49,10 +53,26 @@ def _started(supervisor: Supervisor) -> None:
 
 def _supervisor(tmp_path: Path, *layout: tuple[str, str, str]) -> Supervisor:
     roles = [Role(name, kind, (behaviour,), {}) for name, kind, behaviour in layout]
-    supervisor = Supervisor(ScriptFleet(tmp_path, {}), roles)
+    # The stand-ins are ready when they say so (`_started`): no start-up to wait out.
+    supervisor = Supervisor(ScriptFleet(tmp_path, {}), roles, start_grace=0.0)
     supervisor.start()
     _started(supervisor)
     return supervisor
+
+
+def test_a_process_told_to_stop_while_it_starts_is_given_its_start_up_first(
+    tmp_path: Path,
+) -> None:
+    def stop_at_once(grace: float) -> int | None:
+        roles = [Role("scheduler", "scheduler", ("starts_slowly",), {})]
+        supervisor = Supervisor(ScriptFleet(tmp_path / str(grace), {}), roles, start_grace=grace)
+        supervisor.start()
+        supervisor.stop(timeout=5)
+        return supervisor.stops[0].code
+
+    # Without the grace, SIGTERM's default action ends it before its handler is in place.
+    assert stop_at_once(0.0) == -signal.SIGTERM
+    assert stop_at_once(3.0) == 0
 
 
 def test_a_clean_stop_is_recorded_as_clean(tmp_path: Path) -> None:
