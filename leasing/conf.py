@@ -72,12 +72,13 @@ class LeasingSettings:
     # Recovery sweep
     #: Seconds between sweep passes: a dead worker's item is back within lease + this.
     sweep_interval: float = 60.0
-    #: Checkpoints the sweep keeps per task (newest first); above what a task writes between two
-    #: `iteration_end`s, or the resume point is pruned.
+    #: Checkpoints the sweep keeps per task (newest first), besides the task's resume point (its
+    #: newest `iteration_end`), which it always keeps.
     checkpoint_retention: int = 100
 
     # Idempotency keys
-    #: Seconds a `run_once` key and its stored response live; longer than an item can be retried.
+    #: Seconds a `run_once` key and its stored response live, counted once the key's item (if
+    #: any) has finished: a key never expires under a running item or one waiting for a retry.
     idempotency_ttl: float = 24 * 3600.0
 
     # Workers

@@ -161,8 +161,10 @@ class WorkContext:
         again, except `fn`'s writes to this database with `atomic=True`, which
         commit in the record's own transaction and so happen at most once.
 
-        Claiming the key is fenced by this lease: a run whose lease moved on
-        never starts `fn`. See `leasing.run_once`.
+        Claiming the key and recording its response are fenced by this lease:
+        a run whose lease moved on never starts `fn`, and one that lost it
+        while `fn` ran records nothing (`LeaseLostError`; with `atomic=True`
+        `fn`'s writes are rolled back). See `leasing.run_once`.
         """
         self._ensure_held()
         try:

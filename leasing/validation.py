@@ -57,6 +57,13 @@ def positive_seconds(name: str, value: Any) -> float:
     """A positive, finite number of seconds (ints and floats; not bools or strings)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidDuration(f"{name} must be a number of seconds, got {value!r}.")
+    if isinstance(value, int) and value > MAX_SECONDS:
+        # Before math.isfinite(), which overflows on an int past a float (10**400);
+        # no repr() of a huge one either (past 4300 digits it raises ValueError).
+        shown = (
+            repr(value) if value.bit_length() <= 64 else f"an integer of {value.bit_length()} bits"
+        )
+        raise InvalidDuration(f"{name} must be at most {MAX_SECONDS} seconds, got {shown}.")
     if not math.isfinite(value) or value <= 0:
         raise InvalidDuration(f"{name} must be a positive number of seconds, got {value!r}.")
     if value > MAX_SECONDS:
@@ -111,7 +118,10 @@ def non_empty_text(name: str, value: Any, *, max_length: int = MAX_KEY_LENGTH) -
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4300 digits (sys.set_int_max_str_digits)
+        text = f"an {type(value).__name__} too large to show"
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 

@@ -219,7 +219,8 @@ def resume_state(task_id: str, *, using: str = "default") -> Any:
 def cleanup_checkpoints(
     retention: int, *, since: datetime | None = None, using: str = "default"
 ) -> int:
-    """Keep the newest `retention` checkpoints of each task; return how many were deleted.
+    """Keep the newest `retention` checkpoints of each task, and its resume point (its
+    newest `iteration_end`, whatever its age); return how many were deleted.
 
     Only tasks numbered past `retention` are examined; with `since`, only
     those given such a number at or after that time (the sweep passes the time

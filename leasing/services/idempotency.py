@@ -17,6 +17,15 @@ again. A `pending` key belongs to the run that claimed it: while that run is
 alive others get `IdempotencyInProgress` (or wait for it with `wait_seconds`);
 once it is gone, the next caller takes the key over with a compare-and-swap.
 
+A key made under a lease is fenced by it from claim to record: a run whose
+lease moved on (force-released, recovered by the sweep, claimed again) never
+starts `fn`, and if it lost the lease while `fn` ran, its outcome is not
+recorded (`LeaseLostError`; with `atomic=True` the effect is rolled back too):
+the next attempt takes the key over and runs `fn`, as after a crash.
+
+A key naming a work item does not expire while that item is unfinished
+(pending or in progress), so a retry always finds the keys of earlier attempts.
+
 A pending key's owner is alive when:
 
 - the key names a work item (`work_item=`): that item is still `in_progress`,
@@ -32,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -88,7 +96,9 @@ def request_hash(request: Any) -> str:
 def validate_key(key: Any) -> str:
     """A non-empty string of at most 255 characters, else `InvalidIdempotencyKey`."""
     if not isinstance(key, str) or not key.strip():
-        raise InvalidIdempotencyKey(f"idempotency key must be a non-empty string, got {key!r}.")
+        raise InvalidIdempotencyKey(
+            f"idempotency key must be a non-empty string, got {validation._short(key)}."
+        )
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidIdempotencyKey(
             f"idempotency key must be at most {MAX_KEY_LENGTH} characters, got {len(key)}."
@@ -163,15 +173,20 @@ def run_once(
 
     If `fn` raises, the key is marked `failed` (so a later call runs it again)
     and the exception propagates. With `lease`, claiming the key is fenced by
-    it: a run whose lease moved on gets `LeaseLostError` and `fn` never runs.
-    With `atomic=True`, `fn` runs inside the transaction that records its
-    response.
+    it: a run whose lease moved on gets `LeaseLostError` and `fn` never runs;
+    so is recording the outcome: if the lease moved on while `fn` ran, nothing
+    is recorded and `LeaseLostError` is raised (the next attempt takes the key
+    over and runs `fn` again). With `atomic=True`, `fn` runs inside the
+    transaction that records its response, and a lost lease rolls it back too.
+    With `lease`, the key names the leased item and its task (`work_item` and
+    `task_id` may be omitted; others are refused). A key naming a work item
+    does not expire while that item is unfinished.
     """
     using = validation.database_alias(using)
     key = validate_key(key)
     digest = request_hash(request)
     if not callable(fn):
-        raise InvalidInput(f"fn must be callable, got {fn!r}.")
+        raise InvalidInput(f"fn must be callable, got {validation._short(fn)}.")
     if task_id is not None:
         task_id = validation.non_empty_text("task_id", task_id)
     item_id: str | None = None
@@ -182,18 +197,34 @@ def run_once(
         item_id = validation.non_empty_text("work_item", work_item)
     ttl_seconds = _ttl_seconds(ttl)
     if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, int | float):
-        raise InvalidDuration(f"wait_seconds must be a number, got {wait_seconds!r}.")
-    if not math.isfinite(wait_seconds) or wait_seconds < 0:
         raise InvalidDuration(
-            f"wait_seconds must be a finite, non-negative number, got {wait_seconds!r}."
+            f"wait_seconds must be a number, got {validation._short(wait_seconds)}."
         )
+    if wait_seconds != 0:  # 0: do not wait
+        try:
+            wait_seconds = validation.positive_seconds("wait_seconds", wait_seconds)
+        except InvalidDuration as exc:
+            raise InvalidDuration(f"{exc} (0: do not wait)") from None
     if not isinstance(atomic, bool):
-        raise InvalidInput(f"atomic must be True or False, got {atomic!r}.")
+        raise InvalidInput(f"atomic must be True or False, got {validation._short(atomic)}.")
+    if lease is not None:
+        if not isinstance(lease, Lease):
+            raise InvalidInput(f"lease must be a Lease, got {validation._short(lease)}.")
+        # The key is the leased run's: its owner is judged alive by that item's
+        # lease (a key naming no item, or another one, could be taken over while
+        # this run still ran fn, after LEASE_DURATION or at once).
+        if item_id is not None and item_id != lease.work_item_id:
+            raise InvalidInput(
+                f"work_item {item_id!r} is not the leased item {lease.work_item_id!r}."
+            )
+        if task_id is not None and task_id != lease.task_id:
+            raise InvalidInput(
+                f"task_id {task_id!r} is not the leased item's task {lease.task_id!r}."
+            )
+        item_id, task_id = lease.work_item_id, lease.task_id
     _ensure_outside_transaction(using)
     if item_id is not None and not run(using, sql.item_exists(item_id)):
         raise WorkItemNotFound(item_id)
-    if lease is not None and not isinstance(lease, Lease):
-        raise InvalidInput(f"lease must be a Lease, got {lease!r}.")
 
     fence = None if lease is None else (lease.work_item_id, lease.worker_id, lease.token)
     claim = _Claim(sql.KeyClaim(key, task_id, item_id, digest, ttl_seconds, fence), using)
@@ -225,7 +256,10 @@ def run_once(
         # honest record (a retry will run it again), and the bug is surfaced.
         claim.finish(ours, IdempotencyStatus.FAILED, None)
         raise
-    claim.finish(ours, IdempotencyStatus.COMPLETED, encoded)
+    if not claim.finish(ours, IdempotencyStatus.COMPLETED, encoded):
+        # Not recorded: a run whose lease moved on while fn ran is told so (the
+        # next attempt takes the key over and runs fn again, as after a crash).
+        claim.ensure_lease_held("its response was not recorded")
     return None if encoded is None else json.loads(encoded)
 
 
@@ -239,6 +273,10 @@ def _run_atomically(claim: _Claim, ours: Any, fn: Callable[[], Any]) -> Any:
     try:
         with transaction.atomic(using=claim.using):
             encoded = validation.payload("response", fn())
+            # The effect commits only under the lease it was claimed under: the
+            # fence share-locks the item (PostgreSQL) until the commit, so the
+            # sweep or an operator cannot take the lease halfway.
+            claim.ensure_lease_held("the effect was rolled back")
             if not claim.finish(ours, IdempotencyStatus.COMPLETED, encoded):
                 # Taken over while fn ran: its effect must not stand beside the other run's.
                 raise IdempotencyInProgress(
@@ -281,7 +319,7 @@ class _Claim:
             inserted = run_one(self.using, sql.insert_claim(self.d, self.spec))
             if inserted is not None:
                 return inserted["claim"]
-            self._ensure_lease_held()
+            self.ensure_lease_held()
             row = run_one(self.using, sql.read(self.d, self.key, get_settings().lease_duration))
             if row is None:
                 continue  # deleted (expired) since our INSERT; try again
@@ -304,16 +342,17 @@ class _Claim:
                 return _IN_PROGRESS
             if taken is not None:
                 return taken
-            self._ensure_lease_held()
+            self.ensure_lease_held()
         # Every attempt lost a race to a concurrent caller: someone else is on it.
         return _IN_PROGRESS
 
-    def _ensure_lease_held(self) -> None:
+    def ensure_lease_held(self, outcome: str = "fn was not run") -> None:
+        """Raise `LeaseLostError` if the claim was made under a lease that moved on."""
         fence = self.spec.lease
         if fence is not None and not run(self.using, lease_fence(self.d, *fence)):
             raise LeaseLostError(
                 f"run_once refused: worker {fence[1]!r} no longer holds work item "
-                f"{fence[0]!r} with token {fence[2]}."
+                f"{fence[0]!r} with token {fence[2]}; {outcome}."
             )
 
     def _take_over(self, row: dict[str, Any]) -> Any:
@@ -324,7 +363,10 @@ class _Claim:
     def finish(self, claim: Any, status: str, encoded: str | None) -> bool:
         """Store the outcome, if the key is still our pending claim; True if it was."""
         try:
-            rows = run(self.using, sql.finish(self.d, self.key, claim, status, encoded))
+            rows = run(
+                self.using,
+                sql.finish(self.d, self.key, claim, status, encoded, self.spec.lease),
+            )
         except Exception as exc:
             if status == IdempotencyStatus.FAILED:
                 # Do not hide fn()'s own exception behind a bookkeeping error;
@@ -339,8 +381,8 @@ class _Claim:
             raise
         if not rows:
             logger.warning(
-                "idempotency key %r: the claim was taken over (or expired) while fn() ran; "
-                "its %s outcome was not stored",
+                "idempotency key %r: the claim was taken over (or expired, or its lease "
+                "moved on) while fn() ran; its %s outcome was not stored",
                 self.key,
                 status,
             )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 
 ERROR_BOUNDARY = f"'{CheckpointType.ERROR_BOUNDARY.value}'"
+ITERATION_END = f"'{CheckpointType.ITERATION_END.value}'"
 COLUMNS = (
     "checkpoint_id, task_id, work_item_id, checkpoint_type, "
     "sequence_number, snapshot_data, metadata, created_at"
@@ -77,7 +78,8 @@ def append(
 
 def tasks_past_retention(d: Storage, retention: int, since: Any = None) -> Statement:
     """The tasks whose checkpoints retention trims (a query of `task_id`s), for
-    `Storage.trim_checkpoints`, which deletes all but the newest `retention` of each.
+    `Storage.trim_checkpoints`, which deletes all but the newest `retention` of each
+    (and its `resume_point`).
 
     Only tasks numbered past `retention` are read at all: a task's numbers are
     distinct and at least 1, so one with more than `retention` rows holds a
@@ -97,3 +99,20 @@ def tasks_past_retention(d: Storage, retention: int, since: Any = None) -> State
         tasks += " AND created_at >= %s"
         params.append(d.datetime_param(since))
     return tasks, params
+
+
+def resume_point(row: str) -> str:
+    """SQL: the checkpoint `row` (a table name or alias) is its task's resume point.
+
+    That is its newest `iteration_end` (what `resume_state()` returns): retention
+    keeps it whatever its age, as a retry (the worker's, the sweep's or an
+    operator's) resumes from it. Without it, the attempts' own `error_boundary`
+    records (and operators' `state_transition`s) could push a task's resume
+    point out of the newest `retention` and its next attempt would start over.
+    Evaluated for the rows retention would delete only: an `iteration_end`
+    among them looks for a newer one of its task, and finds the next one.
+    """
+    return f"""({row}.checkpoint_type = {ITERATION_END} AND NOT EXISTS (
+        SELECT 1 FROM checkpoints AS newer
+        WHERE newer.task_id = {row}.task_id AND newer.checkpoint_type = {ITERATION_END}
+          AND newer.sequence_number > {row}.sequence_number))"""

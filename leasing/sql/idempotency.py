@@ -3,7 +3,11 @@
 A key's claim is its row's `created_at`, compared exactly: a compare-and-swap
 token that changes whenever the key is claimed again. A claim made under a
 lease carries the lease fence, so a run whose lease moved on cannot start a
-side effect.
+side effect, and neither can it record one's outcome.
+
+A key that names a work item not yet finished (pending or in progress: running,
+or waiting for a retry) does not expire: its `expires_at` counts only once the
+item has finished, so a retry never finds its own attempt's key forgotten.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from typing import TYPE_CHECKING, Any
 from ..states import IdempotencyStatus
 from .runner import Statement
 from .work_items import IN_PROGRESS, fence
+from .work_items import PENDING as ITEM_PENDING
 
 if TYPE_CHECKING:
     from ..storage.base import Storage
 
 
 PENDING = f"'{IdempotencyStatus.PENDING.value}'"
+# The statuses of a work item whose keys are kept past their `expires_at`.
+UNFINISHED = f"({ITEM_PENDING}, {IN_PROGRESS})"
 
 
 def _claim_column(d: Storage, row: str = "") -> str:
@@ -72,6 +79,8 @@ def insert_claim(d: Storage, claim: KeyClaim) -> Statement:
 def read(d: Storage, key: str, default_owner_seconds: float) -> Statement:
     """The key's state, and whether the run that holds it `pending` is still alive.
 
+    It is expired once its `expires_at` passed, unless its work item is unfinished.
+
     The owner is alive when the key names a work item that is still
     `in_progress` under a live lease claimed no later than the key; otherwise
     while the key is younger than `default_owner_seconds`.
@@ -79,6 +88,7 @@ def read(d: Storage, key: str, default_owner_seconds: float) -> Statement:
     sql = f"""
         SELECT k.status, k.request_hash, k.response_data, {_claim_column(d, "k")} AS claim,
                CASE WHEN k.expires_at IS NOT NULL AND k.expires_at <= {d.now}
+                         AND (w.status IS NULL OR w.status NOT IN {UNFINISHED})
                     THEN 1 ELSE 0 END AS expired,
                CASE WHEN k.status <> {PENDING} THEN 0
                     WHEN k.work_item_id IS NULL THEN
@@ -109,23 +119,38 @@ def take_over(d: Storage, claim: KeyClaim, seen_status: str, seen_claim: Any) ->
     return sql, [*params, claim.key, seen_status, seen_claim, *fenced_params]
 
 
-def finish(d: Storage, key: str, claim: Any, status: str, response_json: str | None) -> Statement:
-    """Store the outcome, if the key is still this claim."""
+def finish(
+    d: Storage,
+    key: str,
+    claim: Any,
+    status: str,
+    response_json: str | None,
+    lease: tuple[str, str, int] | None = None,
+) -> Statement:
+    """Store the outcome, if the key is still this claim (and, with `lease`, it is held)."""
+    fenced, fenced_params = _fenced(lease)
     sql = f"""
         UPDATE idempotency_keys
         SET status = %s, response_data = {d.json()}, completed_at = {d.now}
-        WHERE idempotency_key = %s AND status = {PENDING} AND created_at = %s
+        WHERE idempotency_key = %s AND status = {PENDING} AND created_at = %s {fenced}
         RETURNING idempotency_key
     """
-    return sql, [status, response_json, key, claim]
+    return sql, [status, response_json, key, claim, *fenced_params]
 
 
 def delete_expired(d: Storage, batch_size: int) -> Statement:
-    """Delete up to `batch_size` expired keys (skipping rows another sweep has locked)."""
+    """Delete up to `batch_size` expired keys (skipping rows another sweep has locked).
+
+    A key whose work item is unfinished is kept: its retry may still need it.
+    """
     sql = f"""
         DELETE FROM idempotency_keys WHERE idempotency_key IN (
-            SELECT idempotency_key FROM idempotency_keys
+            SELECT idempotency_key FROM idempotency_keys AS k
             WHERE expires_at IS NOT NULL AND expires_at <= {d.now}
+              AND NOT EXISTS (
+                  SELECT 1 FROM work_items AS w
+                  WHERE w.work_item_id = k.work_item_id AND w.status IN {UNFINISHED}
+              )
             LIMIT %s {d.skip_locked()}
         )
         RETURNING idempotency_key

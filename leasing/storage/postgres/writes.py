@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from ...sql.checkpoints import tasks_past_retention
+from ...sql.checkpoints import resume_point, tasks_past_retention
 from ...sql.new_items import COLUMNS, NEW_STATUS, NOTIFY_CHANNEL, RICH_COLUMNS, NewItem, RichRow
 from ...sql.renewals import Renewal
 from ...sql.rollups import BUCKET_SQL, finished_range
@@ -258,7 +258,7 @@ def trim_checkpoints(d: PostgresStorage, retention: int, since: datetime | None)
     sql = f"""
         DELETE FROM checkpoints WHERE checkpoint_id = ANY(ARRAY(
             SELECT checkpoint_id FROM checkpoints
-            WHERE checkpoint_id = ANY(ARRAY({doomed}))
+            WHERE checkpoint_id = ANY(ARRAY({doomed})) AND NOT {resume_point("checkpoints")}
             FOR UPDATE SKIP LOCKED))
         RETURNING checkpoint_id
     """

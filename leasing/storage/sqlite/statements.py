@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...sql.candidates import plain_candidates, where
 from ...sql.checkpoints import COLUMNS as CHECKPOINT_COLUMNS
-from ...sql.checkpoints import ERROR_BOUNDARY, tasks_past_retention
+from ...sql.checkpoints import ERROR_BOUNDARY, resume_point, tasks_past_retention
 from ...sql.fairness import Fairness, fair_candidates
 from ...sql.limits import Limits, limited_candidates
 from ...sql.new_items import COLUMNS, NEW_STATUS, RICH_COLUMNS, NewItem, RichRow
@@ -259,7 +259,11 @@ def trim_checkpoints(d: SQLiteStorage, retention: int, since: Any) -> Statement:
         ) ranked
         WHERE newest_first > %s
     """
-    sql = f"DELETE FROM checkpoints WHERE checkpoint_id IN ({ranked}) RETURNING checkpoint_id"
+    sql = f"""
+        DELETE FROM checkpoints
+        WHERE checkpoint_id IN ({ranked}) AND NOT {resume_point("checkpoints")}
+        RETURNING checkpoint_id
+    """
     return sql, [*params, retention]
 
 
