@@ -286,13 +286,16 @@ GUARDS: tuple[Guard, ...] = (
             "expire": "failed for good: as fail_attempt",
             "force_release": "superseded: as fail_attempt",
             "force_fail": "as fail_attempt",
-            "retry_failed": "skipped while a dependency failed and the item fails with it",
+            "retry_failed": "skipped while a dependency failed and the item fails with it; "
+            "only the item returns: its dependents that failed with it stay failed until each "
+            "is retried (the result and its audit record count them)",
             "cancel": "as fail_attempt: dependents that chose 'fail' fail, 'wait' ones wait",
             "dependency_failed": "its own dependents that chose 'fail' fail in turn",
             "purge": "never a failed item an unfinished dependent still waits for; "
             "otherwise its edges go with it",
             "delete": "skipped while an unfinished dependent waits for it (not completed: it "
-            "would wait forever; cancel it instead); otherwise its edges go with it",
+            "would wait forever; cancel a pending one instead, retry a failed or cancelled one "
+            "or end what waits for it); otherwise its edges go with it",
             "run_now": "still waits for its dependencies (dependencies_left is unchanged)",
         },
     ),

@@ -73,6 +73,8 @@ _.has_add_permission
 _.has_change_permission
 _.has_control_permission  # admin.action(permissions=["control"]) calls it
 _.get_changelist
+_.waits_for  # admin/options.py: the fields of the item page's Dependencies fieldset
+_.waited_for_by
 _.get_fieldsets
 _.list_display
 _.list_filter

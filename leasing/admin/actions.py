@@ -35,6 +35,7 @@ from ..conf import WRITE_DATABASE
 from ..exceptions import LeasingError, WorkItemNotFound
 from ..models import WorkItem
 from ..services import operations
+from ..services.dependencies import dependencies_first
 from ..states import WorkItemStatus
 from . import bulk, display
 from .forms import OperatorActionForm
@@ -317,7 +318,10 @@ def apply(
     actor = request.user.get_username()
     text = ACTION_TEXT[action]
     applied: list[operations.OperatorResult] = []
-    for item_id, (token, heartbeat_at) in form.expected_leases().items():
+    leases = form.expected_leases()
+    if action == Action.RETRY:  # dependencies first: their dependents follow them
+        leases = {i: leases[i] for i in dependencies_first(leases, using=WRITE_DATABASE)}
+    for item_id, (token, heartbeat_at) in leases.items():
         try:
             result = operations.apply_action(
                 action,
@@ -338,6 +342,9 @@ def apply(
         if result.applied:
             applied.append(result)
             if result.new_status != Action.leaves[action]:  # superseded, say by whom
+                modeladmin.message_user(request, f"{item_id}: {result.detail}.", messages.WARNING)
+            elif result.dependents_failed or result.dependents_still_failed:
+                # What it did to (or left for) the items that depend on it.
                 modeladmin.message_user(request, f"{item_id}: {result.detail}.", messages.WARNING)
         else:
             modeladmin.message_user(request, f"{item_id} {result.detail}.", messages.WARNING)

@@ -36,6 +36,7 @@ from ..conf import WRITE_DATABASE
 from ..exceptions import LeasingError
 from ..models import WorkItem
 from ..services import operations
+from ..services.dependencies import dependencies_first
 from .forms import FINGERPRINT_DIGITS, BulkActionForm
 from .wording import ACTION_TEXT
 
@@ -189,7 +190,11 @@ def apply(
     before = _objects(list(tokens)) if action == operations.Action.DELETE else {}
     applied: list[str] = []
     skipped: Counter[str] = Counter()
-    for item_id in selection.ids:
+    dependents: Counter[str] = Counter()  # what the actions did to their dependents
+    ids = list(selection.ids)
+    if action == operations.Action.RETRY:  # dependencies first: their dependents follow them
+        ids = dependencies_first(ids, using=WRITE_DATABASE)
+    for item_id in ids:
         if item_id not in tokens:
             skipped["it no longer exists"] += 1
             continue
@@ -202,6 +207,8 @@ def apply(
             continue
         if result.applied:
             applied.append(item_id)
+            dependents["failed"] += result.dependents_failed
+            dependents["still_failed"] += result.dependents_still_failed
         else:
             skipped[result.detail.removeprefix("skipped: ")] += 1
     text = ACTION_TEXT[action]
@@ -220,6 +227,19 @@ def apply(
             f"{len(applied):,} work item{'s' if len(applied) != 1 else ''} {text['done']} "
             f"({selection.description}).",
             messages.SUCCESS,
+        )
+    if dependents["failed"]:
+        modeladmin.message_user(
+            request,
+            f"{dependents['failed']:,} dependent item(s) failed with them.",
+            messages.WARNING,
+        )
+    if dependents["still_failed"]:
+        modeladmin.message_user(
+            request,
+            f"{dependents['still_failed']:,} dependent item(s) that failed with their "
+            "dependencies stay failed: retry them too, and they wait for them again.",
+            messages.WARNING,
         )
     for why, count in skipped.most_common(5):
         modeladmin.message_user(request, f"{count:,} skipped: {why}.", messages.WARNING)

@@ -28,7 +28,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
@@ -37,6 +37,7 @@ from ..conf import get_settings, read_alias
 from ..console.durations import EMPTY
 from ..console.failures import item_failures
 from ..models import Checkpoint, IdempotencyKey, WorkItem, WorkItemStatus
+from ..services.dependencies import dependents_of, waiting_on
 from . import actions, display, payload_search, views
 from .base import ReadOnlyAdmin, WorkItemLinkColumn
 from .filters import (
@@ -48,6 +49,9 @@ from .filters import (
 )
 
 # --- work items -------------------------------------------------------------------------------
+
+# The dependencies and dependents an item's page lists (the others are counted).
+DEPENDENCIES_SHOWN = 20
 
 
 @admin.register(WorkItem)
@@ -196,6 +200,11 @@ class WorkItemAdmin(ReadOnlyAdmin):
         if obj.status == WorkItemStatus.IN_PROGRESS and obj.cancel_requested_at is not None:
             # Still running, but not as it was: it is winding down.
             return format_html("{} {}", badge, display.badge("status", "stopping", "asked to stop"))
+        if obj.status == WorkItemStatus.PENDING and obj.dependencies_left > 0:
+            # Pending, but no worker can claim it: it waits for its dependencies.
+            n = obj.dependencies_left
+            label = f"waiting for {n} dependenc{'y' if n == 1 else 'ies'}"
+            return format_html("{} {}", badge, display.badge("status", "blocked", label))
         return badge
 
     @admin.display(description="lease remaining")
@@ -255,11 +264,16 @@ class WorkItemAdmin(ReadOnlyAdmin):
         "completed",
         "updated",
         "trace",
+        "waits_for",
+        "waited_for_by",
     )
     payload_fields = ("input_payload", "output_payload")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         fieldsets = display.hide_error_fields(list(self.fieldsets), request.user)
+        if obj is not None and (obj.on_dependency_failure is not None or obj.has_dependents):
+            # It has dependencies (its policy is set with them) or items depend on it.
+            fieldsets.append(("Dependencies", {"fields": ("waits_for", "waited_for_by")}))
         if obj is not None and tracing.trace_id(obj.trace_context) is not None:
             fieldsets.append(("Tracing", {"fields": ("trace",)}))
         if display.payloads_visible(request.user):
@@ -286,6 +300,42 @@ class WorkItemAdmin(ReadOnlyAdmin):
             template.format(trace_id=trace_id),
             trace_id,
         )
+
+    @admin.display(description="waits for")
+    def waits_for(self, obj: WorkItem) -> SafeString | str:
+        """Its dependencies, unfinished first; a failed or cancelled one said so (it
+        never completes unless retried: the item fails with it, or stays blocked)."""
+        waiting = waiting_on(obj.pk, limit=DEPENDENCIES_SHOWN, using=read_alias())
+        if not waiting.total:
+            return EMPTY
+        head = f"{waiting.left} of {waiting.total} not completed"
+        if waiting.failed and waiting.blocked:
+            head += (
+                f"; {len(waiting.failed)} failed or cancelled: it stays blocked until "
+                f"{'that one is' if len(waiting.failed) == 1 else 'they are'} retried"
+            )
+        return format_html("{}: {}", head, self._linked(waiting.items, waiting.total))
+
+    @admin.display(description="waited for by")
+    def waited_for_by(self, obj: WorkItem) -> SafeString | str:
+        dependents = dependents_of(obj.pk, limit=DEPENDENCIES_SHOWN, using=read_alias())
+        if not dependents.total:
+            return EMPTY
+        return format_html(
+            "{} item(s): {}", dependents.total, self._linked(dependents.items, dependents.total)
+        )
+
+    def _linked(self, items: Any, total: int) -> SafeString:
+        links = format_html_join(
+            ", ",
+            "{} ({})",
+            (
+                (display.work_item_link(self.admin_site.name, i.work_item_id), i.status)
+                for i in items
+            ),
+        )
+        more = total - len(items)
+        return format_html("{}{}", links, f", and {more:,} more" if more > 0 else "")
 
     error_message_hidden = display.error_message_hidden
 

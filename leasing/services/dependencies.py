@@ -103,6 +103,52 @@ def failed_dependencies(using: str, item_id: str) -> list[str]:
     return [row["work_item_id"] for row in rows if row["status"] in ended]
 
 
+def failed_with_dependencies(using: str, item_id: str) -> int:
+    """How many of the item's dependents failed with their dependencies (and stay failed
+    until an operator retries each of them)."""
+    row = run_one(using, sql.count_failed_with_dependencies(storage_for(using), item_id))
+    return int(row["n"]) if row else 0
+
+
+def dependencies_first(item_ids: Iterable[str], *, using: str = "default") -> list[str]:
+    """These items, each after those of its dependencies that are among them (otherwise
+    in the order given): the order an operator's retry of many items takes, so that an
+    item that fails with its dependencies is not refused for a dependency retried later
+    in the same action."""
+    from ..models import WorkItemDependency
+
+    ids = list(dict.fromkeys(item_ids))
+    if len(ids) < 2:
+        return ids
+    edges = (
+        WorkItemDependency.objects.using(using)
+        .filter(dependent__in=ids, dependency__in=ids)
+        .values_list("dependent_id", "dependency_id")
+    )
+    needs: dict[str, list[str]] = {}
+    for dependent, dependency in edges:
+        needs.setdefault(dependent, []).append(dependency)
+    if not needs:
+        return ids
+    order: list[str] = []
+    seen: set[str] = set()
+    for start in ids:
+        if start in seen:
+            continue
+        seen.add(start)
+        stack = [(start, iter(needs.get(start, ())))]
+        while stack:
+            node, rest = stack[-1]
+            nxt = next(rest, None)
+            if nxt is None:
+                order.append(node)
+                stack.pop()
+            elif nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, iter(needs.get(nxt, ()))))
+    return order
+
+
 # --- reads for the console ----------------------------------------------------------------
 
 
@@ -122,8 +168,8 @@ class WaitingOn:
 
     `left` is its counter (dependencies not completed); `blocked`: it is
     pending and `left` > 0, so no worker can claim it. `items` lists up to
-    `limit` of its `total` dependencies, the unfinished ones first (failed,
-    in progress, pending), then the completed ones, each group by id.
+    `limit` of its `total` dependencies, the unfinished ones first (failed or
+    cancelled, in progress, pending), then the completed ones, each group by id.
     """
 
     work_item_id: str
@@ -136,8 +182,10 @@ class WaitingOn:
 
     @property
     def failed(self) -> tuple[Linked, ...]:
-        """The listed dependencies that failed (what keeps a `wait` item blocked)."""
-        return tuple(i for i in self.items if i.status == WorkItemStatus.FAILED)
+        """The listed dependencies that failed or were cancelled: they will not complete
+        unless an operator retries them (what keeps a `wait` item blocked)."""
+        ended = (WorkItemStatus.FAILED, WorkItemStatus.CANCELLED)
+        return tuple(i for i in self.items if i.status in ended)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +197,10 @@ class Dependents:
     items: tuple[Linked, ...]
 
 
-# Unfinished dependencies first: they are what the item waits for.
+# Unfinished dependencies first: they are what the item waits for. A cancelled one
+# will not complete either (as a failed one): never listed among the completed.
 _UNFINISHED_FIRST = Case(
-    When(status=WorkItemStatus.FAILED, then=Value(0)),
+    When(status__in=(WorkItemStatus.FAILED, WorkItemStatus.CANCELLED), then=Value(0)),
     When(status=WorkItemStatus.IN_PROGRESS, then=Value(1)),
     When(status=WorkItemStatus.PENDING, then=Value(2)),
     default=Value(3),

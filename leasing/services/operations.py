@@ -33,7 +33,7 @@ from ..sql.runner import (
 from ..states import CheckpointType, DependencyFailure, WorkItemStatus
 from ..storage import storage_for
 from .checkpoints import record_checkpoint
-from .dependencies import failed_dependencies, settle
+from .dependencies import failed_dependencies, failed_with_dependencies, settle
 
 logger = logging.getLogger("leasing.operations")
 
@@ -100,6 +100,10 @@ class OperatorResult:
     old_status: str | None
     new_status: str | None
     detail: str
+    # Dependents the action failed with the item (a force-fail, a cancel, a superseded
+    # force-release), and those that had failed with it and stay failed (a retry).
+    dependents_failed: int = 0
+    dependents_still_failed: int = 0
 
 
 # `expected_heartbeat_at` default: do not compare the heartbeat.
@@ -210,9 +214,16 @@ def _apply(
             and waiting
             and before["status"] != WorkItemStatus.COMPLETED
         ):
+            # A pending item can be cancelled (its dependents then follow their policy); a
+            # failed or cancelled one is retried, or what waits for it ended first.
+            instead = (
+                "cancel it instead"
+                if before["status"] == WorkItemStatus.PENDING
+                else "retry it, or cancel or force-fail them first"
+            )
             skipped = (
                 f"{waiting} unfinished item(s) depend on it and would wait for it forever; "
-                "cancel it instead"
+                + instead
             )
         if not skipped and action == Action.RETRY and before["key_holder"]:
             skipped = (
@@ -258,6 +269,11 @@ def _apply(
         ended = (WorkItemStatus.FAILED, WorkItemStatus.CANCELLED)
         if row["has_dependents"] and row["status"] in ended:
             dependents_failed = settle(using, failed=[work_item_id])
+        # A retry brings back this item only: dependents that failed with it stay failed
+        # until each is retried (then they wait for it again). Said, not left silent.
+        still_failed = 0
+        if action == Action.RETRY and row["has_dependents"]:
+            still_failed = failed_with_dependencies(using, work_item_id)
         record_checkpoint(
             before["task_id"],
             CheckpointType.STATE_TRANSITION,
@@ -278,6 +294,7 @@ def _apply(
                 "lease_expires_at": _iso(before["lease_expires_at"]),
                 "retry_count": before["retry_count"],
                 **({"dependents_failed": len(dependents_failed)} if dependents_failed else {}),
+                **({"dependents_still_failed": still_failed} if still_failed else {}),
             },
             # A deleted item's record stays on its task, tied to no item.
             work_item=None if action == Action.DELETE else work_item_id,
@@ -298,6 +315,11 @@ def _apply(
         message += f" (superseded by {row['superseded_by']}, which holds its unique key)"
     if dependents_failed:
         message += f" ({len(dependents_failed)} dependent item(s) failed with it)"
+    if still_failed:
+        message += (
+            f" ({still_failed} dependent item(s) that failed with their dependencies stay "
+            "failed: retry them too, and they wait for it again)"
+        )
     return OperatorResult(
         work_item_id,
         action,
@@ -305,6 +327,8 @@ def _apply(
         old_status=before["status"],
         new_status=row["status"],
         detail=message,
+        dependents_failed=len(dependents_failed),
+        dependents_still_failed=still_failed,
     )
 
 

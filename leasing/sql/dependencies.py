@@ -132,6 +132,21 @@ def fail_step(d: Storage, failed: list[str]) -> Statement:
     return sql, [FAILURE_PREFIX, *params]
 
 
+def count_failed_with_dependencies(d: Storage, item_id: str) -> Statement:
+    """How many of the item's dependents failed with their dependencies (`n`).
+
+    They stay failed when the item is retried: each one is retried on its own,
+    and then waits for its dependencies again.
+    """
+    sql = f"""
+        SELECT COUNT(*) AS n FROM {EDGES} AS e
+        JOIN work_items AS w ON w.work_item_id = e.dependent_id
+        WHERE e.dependency_id = %s AND w.status = {T.quoted(T.FAILED)}
+          AND w.error_message LIKE %s
+    """
+    return sql, [item_id, FAILURE_PREFIX + "%"]
+
+
 def share_lock_dependencies(d: Storage, item_id: str) -> Statement:
     """The dependencies of an item and their status, share-locked in id order (PostgreSQL).
 
