@@ -35,6 +35,10 @@ Metrics (all prefixed `leasing_`):
 `sweep_running`                        gauge    sweep processes running and alive, as the
                                                 console judges them (one-off passes: not
                                                 processes, not counted)
+`sweep_last_scan_errors`               gauge    errors the last pass of the sweep the console
+                                                judges by recorded (0: none, or no pass)
+`expired_lease_age_seconds`            gauge    how long the longest-expired in-progress lease
+                                                has waited for the sweep (0: none expired)
 `processes{role,status}`               gauge    rows of the workers table
 `worker_runs{state}`                   gauge    runs of running and stopping workers as of
                                                 their last beat: busy (a handler runs) and
@@ -195,6 +199,8 @@ class LeasingCollector:
         if sweep.seconds_since_last_scan is not None:
             families["sweep_last_scan_age_seconds"].add_metric([], sweep.seconds_since_last_scan)
         families["sweep_running"].add_metric([], len(_running_sweeps(sweep.sweepers)))
+        families["sweep_last_scan_errors"].add_metric([], sweep.last_pass_errors)
+        families["expired_lease_age_seconds"].add_metric([], sweep.oldest_expired_seconds or 0.0)
         for role in WorkerRole.values:
             for status in WorkerStatus.values:
                 families["processes"].add_metric([role, status], processes.get((role, status), 0))
@@ -296,6 +302,16 @@ class LeasingCollector:
                 "sweep_running",
                 "Recovery sweep processes running and alive (seen within three of their pass "
                 "intervals); one-off passes (--once, django-q2) are not counted.",
+            ),
+            "sweep_last_scan_errors": gauge(
+                "sweep_last_scan_errors",
+                "Errors recorded by the last pass of the recovery sweep the console judges by "
+                "(a step failed); 0 when none, or no pass.",
+            ),
+            "expired_lease_age_seconds": gauge(
+                "expired_lease_age_seconds",
+                "Seconds the longest-expired in-progress lease has waited for the recovery sweep "
+                "(database clock); 0 when no lease is expired.",
             ),
             "processes": gauge(
                 "processes", "Rows of the workers table by role and status.", ["role", "status"]

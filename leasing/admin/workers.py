@@ -170,11 +170,23 @@ class WorkerAdmin(ReadOnlyAdmin):
             if obj.runs_abandoned
             else ""
         )
-        quiet = (
-            format_html(' <span class="leasing-badge leasing-worker-stopping">{}</span>', "quiet")
-            if obj.quiet_since is not None
-            else ""
-        )
+        # As the dashboard's row: an operator's request counts from the moment it is made
+        # (it is never taken back), before the worker's next beat honours it.
+        quiet: SafeString | str
+        if obj.requested_action is not None:
+            quiet = format_html(
+                ' <span class="leasing-badge leasing-worker-stopping" title="asked by {}: {}">'
+                "{} requested</span>",
+                obj.requested_by,
+                obj.request_reason,
+                obj.requested_action,
+            )
+        elif obj.quiet_since is not None:
+            quiet = format_html(
+                ' <span class="leasing-badge leasing-worker-stopping">{}</span>', "quiet"
+            )
+        else:
+            quiet = ""
         return format_html(
             '<span class="leasing-nowrap">{} busy, {} idle{}</span>{}',
             obj.runs_busy,
@@ -208,20 +220,32 @@ class WorkerAdmin(ReadOnlyAdmin):
         )
 
     @admin.display(description="leases held")
-    def held_items(self, obj: Worker) -> SafeString | str:
+    def held_items(self, obj: display.ClockedWorker) -> SafeString | str:
         held = (
             WorkItem.objects.using(read_alias()).held_by(obj.worker_id).order_by("lease_expires_at")
         )
         ids = list(held.values_list("pk", flat=True)[: self.HELD_ITEMS_SHOWN + 1])
         if not ids:
             return EMPTY
+        # As the dashboard and the lease-health filter judge them: nothing renews the
+        # leases of a worker that is not alive (silent, lost, stopped), whatever their beat.
+        at_risk = (
+            ""
+            if obj.role == WorkerRole.WORKER and self._liveness(obj).alive
+            else format_html(
+                '<strong class="leasing-bad-text" data-at-risk="yes">{}</strong> ',
+                "At risk: this worker is not alive, nothing renews these leases; each "
+                "expires, then the sweep recovers it.",
+            )
+        )
         links = [display.work_item_link(self.admin_site.name, pk) for pk in ids]
         more = ""
         if len(ids) > self.HELD_ITEMS_SHOWN:
             url = reverse(f"{self.admin_site.name}:leasing_workitem_changelist")
             more = format_html(' <a href="{}?{}">all…</a>', url, urlencode({"q": obj.worker_id}))
         return format_html(
-            '<span class="leasing-lease-ids">{}</span>{}',
+            '{}<span class="leasing-lease-ids">{}</span>{}',
+            at_risk,
             format_html_join("", "{}", ((link,) for link in links[: self.HELD_ITEMS_SHOWN])),
             more,
         )

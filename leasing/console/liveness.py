@@ -24,10 +24,13 @@ def beat_interval(process: Worker) -> float:
 
     Every process records it when it registers (`workers.heartbeat_interval`;
     a sweeper's is its pass interval). Rows registered before the column
-    existed fall back to the configured interval of their role.
+    existed fall back to the configured interval of their role. A recorded
+    interval of 0 (or less) is taken as recorded, as the sweep's `mark_lost`
+    takes it (`sql.processes.silent`): such a process is silent as soon as it
+    is not seen, never judged by another process's interval.
     """
-    if process.heartbeat_interval and process.heartbeat_interval > 0:
-        return process.heartbeat_interval
+    if process.heartbeat_interval is not None:
+        return max(process.heartbeat_interval, 0.0)
     conf = get_settings()
     return conf.sweep_interval if process.role == WorkerRole.SWEEPER else conf.heartbeat_interval
 

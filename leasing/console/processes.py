@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, Count, F, Q, Sum, When, Window
+from django.db.models import Case, Count, F, Min, Q, Sum, When, Window
 from django.db.models.functions import Now, RowNumber
 
 from ..conf import get_settings
@@ -157,6 +157,10 @@ class SweepHealth:
     a pass that is late shows "late" at once. Past `SILENT_AFTER` intervals
     the watchdog is dead (`dead`), as the sweeper rows say (a running
     sweeper not seen for that long is silent); never having scanned is dead too.
+    A pass on time is OK only if it worked: not when it recorded errors (a
+    step failed: "errors"), nor while a lease has waited more than
+    `KEEP_UP_INTERVALS` of its intervals since it expired ("behind": passes
+    ran and missed it).
 
     Only running sweeps and the rows of one-off passes (`records_passes`) are
     judged by their last pass: a sweep process that stopped or was lost is not
@@ -175,6 +179,13 @@ class SweepHealth:
     unrecovered: tuple[str, ...] = ()
     dead: bool = False
     ended: ProcessInfo | None = None  # set when every sweep process stopped or was lost
+    # Errors the judged sweeper's last pass recorded (a step failed: recovering, marking lost).
+    last_pass_errors: int = 0
+    # How long the oldest expired lease has waited for the sweep (None: no lease expired).
+    oldest_expired_seconds: float | None = None
+    # ok, dead, late, errors (its last pass had some) or behind (on time, yet a lease has
+    # waited past `KEEP_UP_INTERVALS` of its intervals).
+    state: str = "ok"
 
     @property
     def level(self) -> str:
@@ -183,6 +194,10 @@ class SweepHealth:
 
 # "Recovery sweep OK" while its last pass is within this many of its intervals.
 OK_INTERVALS = 1.5
+# A lease that expired just after a pass is recovered by the next, one interval later:
+# one expired for more of its intervals than a dead sweep is allowed was missed by passes
+# that ran, so the sweep is not keeping up.
+KEEP_UP_INTERVALS = SILENT_AFTER
 # The id the `recoverysweep --once` passes of a host share ends so
 # (`leasing.management.commands.recoverysweep.once_worker_id`).
 ONCE_SUFFIX = ":once"
@@ -235,6 +250,17 @@ def _sweeper_rows(using: str) -> list[Worker]:
             | Q(pk__in=one_off.values("pk")[:1])
         ).order_by(*newest_first)
     )
+
+
+def _oldest_expired_seconds(now: datetime, using: str) -> float | None:
+    """How long the longest-expired in-progress lease has waited (the `in_progress` index)."""
+    oldest = (
+        WorkItem.objects.using(using)
+        .in_progress()
+        .filter(lease_expires_at__lt=Now())
+        .aggregate(oldest=Min("lease_expires_at"))["oldest"]
+    )
+    return age(now, oldest)
 
 
 def sweep_health(*, now: datetime | None = None, using: str = "default") -> SweepHealth:
@@ -296,6 +322,24 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
     else:
         ok = True
         message = f"Last sweep {duration(since)} ago (it runs every {duration(interval)})."
+    # A pass on time is not enough: it must also have worked and kept up.
+    errors = _errors(freshest)
+    waited = _oldest_expired_seconds(now, using)
+    state = "ok" if ok else "dead" if dead else "late"
+    if ok and errors:
+        ok, state = False, "errors"
+        message = (
+            f"The last recovery sweep pass, {duration(since or 0.0)} ago, ended with {errors:,} "
+            f"error{'s' if errors != 1 else ''}: part of it (recovering expired leases, marking "
+            "silent processes lost, retention) may not have run; the sweep's log says why."
+        )
+    elif ok and waited is not None and waited > KEEP_UP_INTERVALS * interval:
+        ok, state = False, "behind"
+        message = (
+            f"The recovery sweep passes (the last {duration(since or 0.0)} ago) but does not keep "
+            f"up: a lease expired {duration(waited)} ago is still not recovered (more than "
+            f"{KEEP_UP_INTERVALS} of its {duration(interval)} intervals)."
+        )
     # What the last pass left behind stays true after its process stopped.
     stats = (newest.last_scan_stats if newest is not None else None) or {}
     unrecovered = stats.get("unrecovered") or ()
@@ -310,7 +354,16 @@ def sweep_health(*, now: datetime | None = None, using: str = "default") -> Swee
         unrecovered=tuple(str(i) for i in unrecovered if isinstance(i, str))[:20],
         dead=dead,
         ended=ended,
+        last_pass_errors=errors,
+        oldest_expired_seconds=waited,
+        state=state,
     )
+
+
+def _errors(sweeper: ProcessInfo | None) -> int:
+    """The errors `sweeper`'s last pass recorded in its stats (0: none, or no pass)."""
+    value = ((sweeper.last_scan_stats if sweeper is not None else None) or {}).get("errors")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _freshest(sweepers: list[ProcessInfo]) -> ProcessInfo | None:

@@ -1,7 +1,8 @@
 """The status strip above the dashboard's tiles: what needs an operator, in one line.
 
 Every entry states a fact at its true level: the sweep's health (OK only
-within 1.5 of its intervals, not running once every sweep process stopped),
+within 1.5 of its intervals, with a last pass free of errors and no lease
+expired for more than three intervals; not running once every sweep process stopped),
 leases at risk, work no live worker serves (claims),
 each active pause with the items it holds, items retrying, and the replica's
 lag when the console reads one. Nothing is left out because it is fine: an
@@ -34,9 +35,11 @@ def status_strip(data: Dashboard, changelist: str, pauses_url: str) -> list[Stri
     sweep = data.sweep
     sweep_text = {
         "ok": "Recovery sweep OK",
-        "warn": "Recovery sweep late",
-        "bad": "Recovery sweep not running",
-    }[sweep.level]
+        "dead": "Recovery sweep not running",
+        "late": "Recovery sweep late",
+        "errors": "Recovery sweep: its last pass had errors",
+        "behind": "Recovery sweep not keeping up",
+    }[sweep.state]
     if sweep.ended is not None:
         # Every sweep process stopped or was lost: no pass is coming, whatever the last one.
         how = "lost" if sweep.ended.status == WorkerStatus.LOST else "stopped"
