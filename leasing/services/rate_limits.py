@@ -99,6 +99,9 @@ def claim_rate_limited(
     using = manager.using
     d = storage_for(using)
     configured = get_settings().rate_limits
+    if _settled.get(using) is not configured:
+        reopen_stale_buckets(using, configured)
+        _settled[using] = configured
     claimed: list[tuple[Any, ...]] = []
     with translate_db_errors(), transaction.atomic(using=using):
         d.lock_limits(limits)
@@ -150,6 +153,50 @@ def claim_rate_limited(
             slack = max(0.0, float(row["slack"]))
             manager.rate_wait = max(0.0, float(row["wait"])) + random.uniform(0.0, slack / 2)
     return leases
+
+
+# Per database alias, the `RATE_LIMITS` (the settings' own object) whose limits this
+# process has settled the closed buckets against (`reopen_stale_buckets`).
+_settled: dict[str, Mapping[str, RateLimit | None]] = {}
+
+
+def reopen_stale_buckets(using: str, configured: Mapping[str, RateLimit | None]) -> int:
+    """Open what an earlier limit closed beyond what the current one allows; how many.
+
+    The claim's gate reads each bucket's `next_at`, written under the limit of the
+    claim that last admitted through it. A limit raised or dropped from the setting
+    would leave its bucket closed for up to one period of the old limit (a day for
+    "1/d"). Run once per process and setting (at its first rate-limited claim): a
+    closed bucket's tat is capped at `now + tolerance + interval` of its current limit,
+    the most an admission under that limit leaves (a bucket that just admitted its
+    whole burst), so a bucket its current limit closed is left as it is, and one closed
+    further opens one interval from now, then follows the new rate; its `next_at` is
+    brought forward to match, and one without a limit any more is opened. A
+    bucket's `next_at` only ever moves earlier here: a lowered limit is held by the
+    admission under the bucket's lock, as always.
+    """
+    d = storage_for(using)
+    reopened = 0
+    with translate_db_errors():
+        for row in run(using, sql.closed_buckets(d)):
+            stored = None
+            if row["limit_count"] is not None:
+                stored = RateLimit(row["limit_count"], row["period_seconds"], row["burst"])
+            limit = limit_of(row["bucket"], stored, configured)
+            tat, next_at, now = float(row["tat"]), float(row["next_at"]), float(row["now"])
+            try:
+                if limit is None:
+                    new_tat, new_next = min(tat, now), now
+                else:
+                    new_tat = min(tat, now + limit.tolerance + limit.interval)
+                    new_next = min(next_at, new_tat - limit.tolerance)
+            except (ArithmeticError, TypeError):  # a row not written by Leasing: left alone
+                continue
+            if new_next < next_at:
+                seen = (row["tat"], row["next_at"])
+                statement = sql.reopen_bucket(row["bucket"], seen, new_tat, new_next)
+                reopened += len(run(using, statement))
+    return reopened
 
 
 def _lock(

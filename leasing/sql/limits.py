@@ -18,6 +18,14 @@ built differently from the plain claim; every other claim is unchanged.
   order, then to `n`. The trims can leave a slot unused in a rare mix of
   limits (a row kept by its type's trim, then dropped by its queue's); never
   one too many.
+* Past `MAX_CELLS` cells (the statement grows with their product: 100 queue
+  and 100 type limits took PostgreSQL's planner past its memory, and SQLite
+  refuses more than 500 terms in a UNION or 65,535 mentions of a table), one
+  walk of the claim index in claim order instead, of at most `n` rows none of
+  whose keys has no room, then the same trims: a key with some room whose
+  items lead the walk can take slots that its trim then leaves unused; never
+  one too many. The rooms' counts are one union of a term per limited key,
+  nested in groups (`union_all`) below SQLite's bound.
 * In the batch statement that also completes items (CTE `done`), the counts
   take off the items it completes: its snapshot still sees them in flight.
 
@@ -28,12 +36,15 @@ limited key serialize on a transaction-level advisory lock
 same transaction: the claim's snapshot is taken after the lock is granted,
 so it sees every claim committed by the previous holder (READ COMMITTED,
 Django's default). Advisory xact locks work through pgbouncer in
-transaction mode. SQLite has one writer, so the count in the claim statement
+transaction mode. Past `LOCK_SLOTS` limits in the settings the keys share
+that many locks (`Limits.lock_keys`), so a claim holds a bounded number of
+the server's shared lock slots. SQLite has one writer, so the count in the claim statement
 is exact.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,14 +63,30 @@ IN_PROGRESS = f"'{WorkItemStatus.IN_PROGRESS.value}'"
 # `work_items_claim_idx` has exactly these keys.
 AVAILABLE_AT = "COALESCE(run_after, created_at)"
 CLAIM_ORDER = f"priority DESC, {AVAILABLE_AT}, created_at, work_item_id"
+# The most SELECTs one UNION ALL joins. SQLite refuses a compound SELECT of more than
+# 500 terms (SQLITE_MAX_COMPOUND_SELECT), and a claim has one branch per cell of
+# (limited queues + 1) x (limited types + 1): 30 queue and 20 type limits, which the
+# check accepts, are 651. Longer unions are nested in groups of at most this many.
+UNION_GROUP = 250
+# Past this many cells a claim walks the claim index once instead (see the module): 10,000
+# cells (100 queue and 100 type limits) took PostgreSQL's planner past its memory, and
+# SQLite refuses a statement naming a table more than 65,535 times.
+MAX_CELLS = 64
+# Past this many limits in the settings, their advisory locks are shared (`Limits.lock_keys`).
+LOCK_SLOTS = 32
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The limits a claim may run into: (name, limit) pairs, sorted by name."""
+    """The limits a claim may run into: (name, limit) pairs, sorted by name.
+
+    `lock_slots`: 0, each limited key has an advisory lock of its own; else the keys
+    share that many locks, by a stable hash of the key (`lock_keys`).
+    """
 
     queues: tuple[tuple[str, int], ...] = ()
     work_types: tuple[tuple[str, int], ...] = ()
+    lock_slots: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.queues or self.work_types)
@@ -79,12 +106,44 @@ class Limits:
                 sorted((k, v) for k, v in limits.items() if allowed is None or k in allowed)
             )
 
-        return cls(relevant(queue_limits, queues), relevant(work_type_limits, work_types))
+        # Decided by the settings, not the claim's filters, so that every claim of a key
+        # takes the same lock whatever else it may take.
+        many = len(queue_limits) + len(work_type_limits) > LOCK_SLOTS
+        return cls(
+            relevant(queue_limits, queues),
+            relevant(work_type_limits, work_types),
+            LOCK_SLOTS if many else 0,
+        )
 
     def lock_keys(self) -> list[str]:
-        return [f"{QUEUE}:{q}" for q, _ in self.queues] + [
+        """The names of the advisory locks a claim of these limits takes (PostgreSQL).
+
+        One per limited key; past `LOCK_SLOTS` limits in the settings, the keys share
+        `LOCK_SLOTS` locks (CRC-32 of the key): each advisory lock takes a slot of the
+        server's shared lock table (`max_locks_per_transaction` x connections, 6,400
+        by default) until commit, and a claim of hundreds of limits by each of a few
+        workers at once would fill it, failing every transaction on the server. Two
+        keys that share a lock only wait for each other."""
+        keys = [f"{QUEUE}:{q}" for q, _ in self.queues] + [
             f"{WORK_TYPE}:{t}" for t, _ in self.work_types
         ]
+        if not self.lock_slots:
+            return keys
+        return sorted(
+            {f"slot:{zlib.crc32(key.encode()) % self.lock_slots}" for key in keys},
+            key=lambda name: int(name.removeprefix("slot:")),
+        )
+
+
+def union_all(selects: list[str]) -> str:
+    """`selects` joined by UNION ALL, nested so that no compound SELECT has more than
+    `UNION_GROUP` terms (the rows and their order are those of the flat union)."""
+    while len(selects) > UNION_GROUP:
+        selects = [
+            f"SELECT * FROM ({' UNION ALL '.join(selects[i : i + UNION_GROUP])}) AS u{i}"
+            for i in range(0, len(selects), UNION_GROUP)
+        ]
+    return " UNION ALL ".join(selects)
 
 
 def room_cte(limits: Limits, *, after_done: bool) -> Statement:
@@ -107,7 +166,7 @@ def room_cte(limits: Limits, *, after_done: bool) -> Statement:
             params += [name, limit, name, *([name] if after_done else [])]
     sql = f"""room AS (
         SELECT kind, name, CASE WHEN used < cap THEN cap - used ELSE 0 END AS room
-        FROM ({" UNION ALL ".join(rows)}) AS counted
+        FROM ({union_all(rows)}) AS counted
     )"""
     return sql, params
 
@@ -163,24 +222,39 @@ def limited_candidates(
             [name],
         )
 
+    cells = [
+        (queue, work_type)
+        for queue in [*limited_queues, None]
+        for work_type in [*limited_types, None]
+    ]
+    if len(cells) > MAX_CELLS:
+        # Too many cells for one statement: one walk in claim order past the full keys.
+        ctes.append(
+            f"c1 AS (SELECT {columns} FROM work_items WHERE {where} AND NOT EXISTS ("
+            f"SELECT 1 FROM room WHERE room.room = 0 AND ("
+            f"(room.kind = '{QUEUE}' AND room.name = work_items.queue_name) OR "
+            f"(room.kind = '{WORK_TYPE}' AND room.name = work_items.work_type))) "
+            f"ORDER BY {CLAIM_ORDER} LIMIT %s{lock})"
+        )
+        params.extend([*where_params, n])
+        cells = []
     # One branch per (queue, work type) cell: a limited key or "any unlimited one".
-    for queue in [*limited_queues, None]:
-        for work_type in [*limited_types, None]:
-            q_sql, q_params = cell("queue_name", queue, limited_queues)
-            t_sql, t_params = cell("work_type", work_type, limited_types)
-            q_room, q_room_params = room_of(QUEUE, queue)
-            t_room, t_room_params = room_of(WORK_TYPE, work_type)
-            # The fewest of n and the rooms, each in its own bounded subquery.
-            limit = (
-                f"(SELECT min(x) FROM (SELECT %s AS x UNION ALL SELECT {q_room} "
-                f"UNION ALL SELECT {t_room}) AS rooms)"
-            )
-            ctes.append(
-                f"c{len(ctes)} AS (SELECT {columns} FROM work_items "
-                f"WHERE {where} {q_sql} {t_sql} ORDER BY {CLAIM_ORDER} LIMIT {limit}{lock})"
-            )
-            params.extend([*where_params, *q_params, *t_params, n, *q_room_params, *t_room_params])
-    rows = " UNION ALL ".join(f"SELECT * FROM c{i}" for i in range(1, len(ctes)))
+    for queue, work_type in cells:
+        q_sql, q_params = cell("queue_name", queue, limited_queues)
+        t_sql, t_params = cell("work_type", work_type, limited_types)
+        q_room, q_room_params = room_of(QUEUE, queue)
+        t_room, t_room_params = room_of(WORK_TYPE, work_type)
+        # The fewest of n and the rooms, each in its own bounded subquery.
+        limit = (
+            f"(SELECT min(x) FROM (SELECT %s AS x UNION ALL SELECT {q_room} "
+            f"UNION ALL SELECT {t_room}) AS rooms)"
+        )
+        ctes.append(
+            f"c{len(ctes)} AS (SELECT {columns} FROM work_items "
+            f"WHERE {where} {q_sql} {t_sql} ORDER BY {CLAIM_ORDER} LIMIT {limit}{lock})"
+        )
+        params.extend([*where_params, *q_params, *t_params, n, *q_room_params, *t_room_params])
+    rows = union_all([f"SELECT * FROM c{i}" for i in range(1, len(ctes))])
     # A limited type's rows come from several cells, and so do a limited
     # queue's: keep each key's first `room` in claim order (type, then queue).
     if limited_types:

@@ -191,11 +191,45 @@ def set_key_limits(d: Storage, limits: Sequence[tuple[str, int, float, int]]) ->
     """Give `key:` buckets the limits an enqueue set: (bucket, limit, period, burst) rows."""
     values = ", ".join(f"(%s, %s, %s, %s, 0, 0, 0, {d.now})" for _ in limits)
     params: list[Any] = [v for row in sorted(limits) for v in row]
+    # A bucket closed under its earlier limit owes at most what the new one can leave
+    # (a bucket that just admitted its whole burst): its tat at most `now + tolerance +
+    # interval`, so it opens no later than one new interval from now. A lowered limit
+    # is held by the claim's admission, under the bucket's lock.
+    now = d.epoch(d.now)
+    interval = "(excluded.period_seconds / excluded.limit_count)"
+    tolerance = f"((excluded.burst - excluded.limit_count) * {interval})"
+    cap = f"({now} + {tolerance} + {interval})"
+    tat = f"(CASE WHEN {BUCKETS}.tat > {cap} THEN {cap} ELSE {BUCKETS}.tat END)"
     sql = f"""
         INSERT INTO {BUCKETS}
             (bucket, limit_count, period_seconds, burst, tat, next_at, admitted, updated_at)
         VALUES {values}
         ON CONFLICT (bucket) DO UPDATE SET limit_count = excluded.limit_count,
-            period_seconds = excluded.period_seconds, burst = excluded.burst
+            period_seconds = excluded.period_seconds, burst = excluded.burst,
+            tat = {tat},
+            next_at = CASE WHEN {BUCKETS}.next_at > {tat} - {tolerance}
+                           THEN {tat} - {tolerance} ELSE {BUCKETS}.next_at END
     """
     return sql, params
+
+
+def closed_buckets(d: Storage) -> Statement:
+    """Every bucket closed at the database clock (the index on `next_at`), with its state,
+    its stored limit and the clock."""
+    now = d.epoch(d.now)
+    sql = f"""
+        SELECT bucket, tat, next_at, limit_count, period_seconds, burst, {now} AS now
+        FROM {BUCKETS} WHERE next_at > {now}
+    """
+    return sql, []
+
+
+def reopen_bucket(bucket: str, seen: tuple[float, float], tat: float, next_at: float) -> Statement:
+    """Move a closed bucket's state to (tat, next_at) if it is still the state `seen`
+    ((tat, next_at) as read): a claim that moved it since decided under its lock."""
+    sql = f"""
+        UPDATE {BUCKETS} SET tat = %s, next_at = %s
+        WHERE bucket = %s AND tat = %s AND next_at = %s
+        RETURNING bucket
+    """
+    return sql, [tat, next_at, bucket, *seen]
