@@ -6,11 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from leasing import LeaseLostError, LeaseManager, RecoverySweep, WorkContext, apply_action, enqueue
+from leasing import LeaseLostError, RecoverySweep, apply_action, enqueue
 from leasing.exceptions import InvalidInput, PayloadNotSerializable, PayloadTooLarge
 from leasing.models import Checkpoint, IdempotencyKey, WorkItem
 from leasing.services.checkpoints import checkpoints_for, cleanup_checkpoints, resume_state
 from tests.support.helpers import database_now
+from tests.support.items import claim, context
 
 pytestmark = pytest.mark.django_db
 
@@ -21,16 +22,6 @@ def types(task_id: str) -> list[tuple[int, str]]:
 
 def all_rows() -> list[dict]:
     return list(Checkpoint.objects.order_by("checkpoint_id").values())
-
-
-def context(lease) -> WorkContext:
-    return WorkContext(lease, heartbeat=None)  # type: ignore[arg-type]
-
-
-def claim(worker: str = "w"):
-    lease = LeaseManager(worker).acquire_lease(lease_duration_seconds=60)
-    assert lease is not None
-    return lease
 
 
 def expire_and_sweep(item_id: str, retention: int) -> int:

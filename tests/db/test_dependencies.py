@@ -21,25 +21,10 @@ from leasing.services import completion, dependencies
 from leasing.services.endings import fail_attempt
 from leasing.services.retention import purge_finished_items
 from tests.support.helpers import database_now, row
+from tests.support.items import claimable_ids, get, run_item
 from tests.support.plans import work_item_scans
 
 pytestmark = pytest.mark.django_db
-
-
-def get(item: Any) -> WorkItem:
-    return WorkItem.objects.get(pk=getattr(item, "pk", item))
-
-
-def claimable_ids() -> set[str]:
-    return set(WorkItem.objects.claimable().values_list("pk", flat=True))
-
-
-def run_item(item: Any, *, success: bool = True, manager: LeaseManager | None = None) -> None:
-    """Claim exactly this item and end it (retry=False: a failure is for good)."""
-    manager = manager or LeaseManager("w1")
-    lease = manager.acquire_lease(60, task_id_filter=get(item).task_id)
-    assert lease is not None and lease.work_item_id == get(item).pk, "the item was not claimable"
-    manager.release_lease(lease.work_item_id, success=success, error=None if success else "boom")
 
 
 # --- blocking and releasing ----------------------------------------------------------------

@@ -29,25 +29,10 @@ from tests.support.admin import (
     start_action,
 )
 from tests.support.helpers import database_now, row
+from tests.support.items import claimable_ids, get, run_item
 from tests.support.transition_guard import arranging
 
 pytestmark = pytest.mark.django_db
-
-
-def get(item: Any) -> WorkItem:
-    return WorkItem.objects.get(pk=getattr(item, "pk", item))
-
-
-def claimable_ids() -> set[str]:
-    return set(WorkItem.objects.claimable().values_list("pk", flat=True))
-
-
-def run_item(item: Any, *, success: bool = True) -> None:
-    """Claim exactly this item and end it (retry=False: a failure is for good)."""
-    manager = LeaseManager("w1")
-    lease = manager.acquire_lease(60, task_id_filter=get(item).task_id)
-    assert lease is not None and lease.work_item_id == get(item).pk, "the item was not claimable"
-    manager.release_lease(lease.work_item_id, success=success, error=None if success else "boom")
 
 
 def act(action: str, item: Any, **kwargs: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from leasing import LeaseLostError, LeaseManager, RecoverySweep, WorkContext, apply_action, enqueue
+from leasing import LeaseLostError, LeaseManager, RecoverySweep, apply_action, enqueue
 from leasing.exceptions import (
     IdempotencyInProgress,
     InvalidDuration,
@@ -18,6 +18,7 @@ from leasing.exceptions import (
 from leasing.models import IdempotencyKey, Worker, WorkItem
 from leasing.services.idempotency import run_once
 from tests.support.helpers import database_now
+from tests.support.items import claim, context
 
 pytestmark = pytest.mark.django_db
 
@@ -35,16 +36,6 @@ class Effect:
         if self.during is not None:
             self.during()
         return self.result
-
-
-def context(lease) -> WorkContext:
-    return WorkContext(lease, heartbeat=None)  # type: ignore[arg-type]
-
-
-def claim(worker: str = "w"):
-    lease = LeaseManager(worker).acquire_lease(lease_duration_seconds=60)
-    assert lease is not None
-    return lease
 
 
 def ops(action: str, item_id: str) -> None:
