@@ -60,6 +60,13 @@ def running_sweep(worker_id: str = "sweeper@h:1:aa") -> None:
 # --- the sweep: on time is not enough --------------------------------------------------------
 
 
+def silent_for(html: str) -> int:
+    """The seconds a row says its worker has been silent ("silent 5 s")."""
+    found = re.search(r"silent (\d+) s", html)
+    assert found, html[:500]
+    return int(found.group(1))
+
+
 def test_a_sweep_pass_that_ended_with_errors_is_not_ok(viewer_client, monkeypatch):
     """A step of the pass failed (here the idempotency keys' expiry; marking silent
     processes lost or recovering can fail alike): the pass is on time, yet not OK."""
@@ -123,7 +130,7 @@ def test_a_worker_registered_with_a_zero_interval_is_silent_as_the_sweep_judges_
 
     html = viewer_client.get(dashboard_url()).content.decode()
     row = html.split('data-worker="w-zero"')[1].split("</tr>")[0]
-    assert "silent 5 s" in row
+    assert silent_for(row) >= 5
     assert re.search(r'class="leasing-row-bad" data-worker="w-zero" data-at-risk="yes"', html)
     at_risk = viewer_client.get("/admin/leasing/workitem/?lease_health=at_risk")
     assert [i.pk for i in at_risk.context["cl"].result_list] == [lease.work_item_id]
@@ -132,7 +139,8 @@ def test_a_worker_registered_with_a_zero_interval_is_silent_as_the_sweep_judges_
     assert gauges("processes_silent")[(("role", "worker"),)] == 1
     workers = viewer_client.get("/admin/leasing/worker/").content.decode()
     [row] = [r for r in workers.split("<tr") if "w-zero" in r]
-    assert "Silent" in row and "silent 5 s" in row
+    # A loaded host may take a second between the pages: 5 s then, maybe 6 s now.
+    assert "Silent" in row and silent_for(row) >= 5
 
 
 # --- one moment, every page: a SIGKILLed worker before its leases expire ----------------------
