@@ -257,7 +257,7 @@ def _oldest_expired_seconds(now: datetime, using: str) -> float | None:
     oldest = (
         WorkItem.objects.using(using)
         .in_progress()
-        .filter(lease_expires_at__lt=Now())
+        .filter(lease_expires_at__lt=now)  # the health's own instant, as `age` reads it
         .aggregate(oldest=Min("lease_expires_at"))["oldest"]
     )
     return age(now, oldest)

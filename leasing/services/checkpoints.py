@@ -25,7 +25,7 @@ from ..sql import work_items as work_items_sql
 from ..sql.runner import run, run_one, to_datetime, translate_db_errors
 from ..states import CheckpointType
 from ..storage import storage_for
-from .held import Lease
+from .held import Lease, leased_ids
 
 if TYPE_CHECKING:
     from ..models import Checkpoint, CheckpointQuerySet, WorkItem
@@ -123,17 +123,7 @@ def _append(
     metadata_json = validation.payload("metadata", metadata)
     item_id = _item_id(work_item)
     if lease is not None:
-        if not isinstance(lease, Lease):
-            raise InvalidInput(f"lease must be a Lease, got {lease!r}.")
-        if item_id is not None and item_id != lease.work_item_id:
-            raise InvalidInput(
-                f"work_item {item_id!r} is not the leased item {lease.work_item_id!r}."
-            )
-        if lease.task_id != task_id:
-            raise InvalidInput(
-                f"task_id {task_id!r} is not the leased item's task {lease.task_id!r}."
-            )
-        item_id = lease.work_item_id
+        item_id, _ = leased_ids(lease, item_id, task_id)
 
     d = storage_for(using)
     checkpoint_id = new_ulid()

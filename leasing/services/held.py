@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from ..exceptions import LeaseConflictError, LeaseExpiredError, LeaseLostError, WorkItemNotFound
+from .. import validation
+from ..exceptions import (
+    InvalidInput,
+    LeaseConflictError,
+    LeaseExpiredError,
+    LeaseLostError,
+    WorkItemNotFound,
+)
 from ..sql import work_items as sql
 from ..sql.runner import load_json, run_one, to_datetime
 from ..states import WorkItemStatus
@@ -89,6 +96,18 @@ _TIMESTAMPS = tuple(
     sql.LEASE_COLUMNS.index(column)
     for column in ("lease_acquired_at", "lease_expires_at", "lease_deadline_at", "created_at")
 )
+
+
+def leased_ids(lease: Any, item_id: str | None, task_id: str | None) -> tuple[str, str]:
+    """The item and task a write made under `lease` belongs to: a `work_item` or
+    `task_id` the caller also gave must be the leased ones (InvalidInput otherwise)."""
+    if not isinstance(lease, Lease):
+        raise InvalidInput(f"lease must be a Lease, got {validation._short(lease)}.")
+    if item_id is not None and item_id != lease.work_item_id:
+        raise InvalidInput(f"work_item {item_id!r} is not the leased item {lease.work_item_id!r}.")
+    if task_id is not None and task_id != lease.task_id:
+        raise InvalidInput(f"task_id {task_id!r} is not the leased item's task {lease.task_id!r}.")
+    return lease.work_item_id, lease.task_id
 
 
 def leases_from_rows(rows: Sequence[Sequence[Any]], worker_id: str) -> list[Lease]:

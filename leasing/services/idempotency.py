@@ -67,7 +67,7 @@ from ..sql.checkpoints import lease_fence
 from ..sql.runner import is_infrastructure_error, load_json, run, run_one
 from ..states import IdempotencyStatus
 from ..storage import storage_for
-from .held import Lease
+from .held import Lease, leased_ids
 
 if TYPE_CHECKING:
     from ..models import WorkItem
@@ -208,20 +208,10 @@ def run_once(
     if not isinstance(atomic, bool):
         raise InvalidInput(f"atomic must be True or False, got {validation._short(atomic)}.")
     if lease is not None:
-        if not isinstance(lease, Lease):
-            raise InvalidInput(f"lease must be a Lease, got {validation._short(lease)}.")
         # The key is the leased run's: its owner is judged alive by that item's
         # lease (a key naming no item, or another one, could be taken over while
         # this run still ran fn, after LEASE_DURATION or at once).
-        if item_id is not None and item_id != lease.work_item_id:
-            raise InvalidInput(
-                f"work_item {item_id!r} is not the leased item {lease.work_item_id!r}."
-            )
-        if task_id is not None and task_id != lease.task_id:
-            raise InvalidInput(
-                f"task_id {task_id!r} is not the leased item's task {lease.task_id!r}."
-            )
-        item_id, task_id = lease.work_item_id, lease.task_id
+        item_id, task_id = leased_ids(lease, item_id, task_id)
     _ensure_outside_transaction(using)
     if item_id is not None and not run(using, sql.item_exists(item_id)):
         raise WorkItemNotFound(item_id)
