@@ -12,7 +12,6 @@ database, a second alias are separate sessions.
 from __future__ import annotations
 
 import contextlib
-import copy
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,7 +31,7 @@ from tests.support.admin import (
     dashboard_url,
     make_user,
 )
-from tests.support.helpers import database_url
+from tests.support.helpers import database_url, mirror_alias
 
 REPLICA = "replica"
 TIMEOUT = "200ms"
@@ -47,16 +46,8 @@ pytestmark = [
 @pytest.fixture(scope="module", autouse=True)
 def replica_alias(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     """The alias `replica`: a second session on the test database (a test mirror)."""
-    settings_dict = copy.deepcopy(connections["default"].settings_dict)
-    settings_dict["TEST"] = {**settings_dict.get("TEST", {}), "MIRROR": "default"}
-    connections.settings[REPLICA] = settings_dict
-    try:
+    with mirror_alias(REPLICA, django_db_blocker):
         yield
-    finally:
-        with django_db_blocker.unblock():
-            connections[REPLICA].close()
-        del connections[REPLICA]
-        del connections.settings[REPLICA]
 
 
 @pytest.fixture(params=["default", REPLICA])

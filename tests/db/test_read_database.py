@@ -37,6 +37,7 @@ from tests.support.admin import (
     register_holders,
     timeline_url,
 )
+from tests.support.helpers import mirror_alias
 from tests.support.queries import Seen
 
 REPLICA = "replica"
@@ -46,21 +47,9 @@ both_databases = pytest.mark.django_db(transaction=True, databases=["default", R
 
 @pytest.fixture(scope="module", autouse=True)
 def replica_alias(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
-    """The alias `replica`: a second connection to the test database (a test mirror).
-
-    Added to the connection handler for this module only, before pytest-django
-    checks the aliases a test asks for.
-    """
-    settings_dict = copy.deepcopy(connections["default"].settings_dict)
-    settings_dict["TEST"] = {**settings_dict.get("TEST", {}), "MIRROR": "default"}
-    connections.settings[REPLICA] = settings_dict
-    try:
+    """The alias `replica`: a second session on the test database (a test mirror)."""
+    with mirror_alias(REPLICA, django_db_blocker):
         yield
-    finally:
-        with django_db_blocker.unblock():
-            connections[REPLICA].close()
-        del connections[REPLICA]
-        del connections.settings[REPLICA]
 
 
 @pytest.fixture

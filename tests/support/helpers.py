@@ -3,10 +3,12 @@ reading a row, threads started together."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -131,3 +133,24 @@ def process_running(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+@contextlib.contextmanager
+def mirror_alias(alias: str, blocker: Any) -> Iterator[None]:
+    """A database alias for the duration: a second session on the test database (a test
+    mirror of `default`, as a streaming replica of it). `blocker`: pytest-django's
+    `django_db_blocker`, to close the alias's session at the end.
+
+    Added to the connection handler before pytest-django checks the aliases a test
+    asks for: call it from a module-scoped fixture.
+    """
+    settings_dict = copy.deepcopy(connections["default"].settings_dict)
+    settings_dict["TEST"] = {**settings_dict.get("TEST", {}), "MIRROR": "default"}
+    connections.settings[alias] = settings_dict
+    try:
+        yield
+    finally:
+        with blocker.unblock():
+            connections[alias].close()
+        del connections[alias]
+        del connections.settings[alias]
