@@ -55,6 +55,8 @@ Metrics (all prefixed `leasing_`):
                                                 MAX_ABANDONED_RUNS, claims nothing; not
                                                 when paused)
 `queue_paused{queue,work_type}`        gauge    1 when the queue or the work type is paused
+`items_blocked{queue}`                 gauge    pending items of the queue waiting for their
+                                                dependencies (counted in `queue_pending`)
 `run_seconds{work_type,quantile}`      gauge    run time of the last attempt of items completed
                                                 in the last hour: p50 and p95 (from a log-scale
                                                 histogram: within 6%)
@@ -216,6 +218,12 @@ class LeasingCollector:
             families["queue_in_flight"].add_metric(labels, row.in_flight)
             families["queue_unserved"].add_metric(labels, int(row.unserved))
             families["queue_paused"].add_metric(labels, int(row.paused))
+        # The pairs read once above count the blocked items: no query of its own.
+        blocked: Counter[str] = Counter()
+        for pair in pairs:
+            blocked[pair.queue_name] += pair.blocked
+        for queue_name, count in blocked.items():
+            families["items_blocked"].add_metric([queue_name], count)
         for work_type, quantiles in _run_seconds(queues).items():
             for quantile, seconds in quantiles.items():
                 families["run_seconds"].add_metric([work_type, quantile], seconds)
@@ -338,6 +346,12 @@ class LeasingCollector:
                 "queue_paused",
                 "1 when this queue or this work type is paused (leasing.pause()).",
                 QUEUE_LABELS,
+            ),
+            "items_blocked": gauge(
+                "items_blocked",
+                "Pending work items of this queue waiting for their dependencies (counted in "
+                "queue_pending).",
+                ["queue"],
             ),
             "run_seconds": gauge(
                 "run_seconds",

@@ -30,6 +30,7 @@ from django.utils.safestring import SafeString
 from ..conf import WRITE_DATABASE, read_alias
 from ..console.durations import EMPTY, humanize_seconds
 from ..console.liveness import Liveness, liveness
+from ..console.processes import sweep_health
 from ..exceptions import LeasingError
 from ..models import Worker, WorkerRequest, WorkerRole, WorkerStatus, WorkItem
 from ..services import processes
@@ -229,15 +230,16 @@ class WorkerAdmin(ReadOnlyAdmin):
             return EMPTY
         # As the dashboard and the lease-health filter judge them: nothing renews the
         # leases of a worker that is not alive (silent, lost, stopped), whatever their beat.
-        at_risk = (
-            ""
-            if obj.role == WorkerRole.WORKER and self._liveness(obj).alive
-            else format_html(
+        at_risk = ""
+        if obj.role != WorkerRole.WORKER or not self._liveness(obj).alive:
+            # What follows each expiry: never more hopeful than the sweep's health.
+            sweep = sweep_health(using=read_alias())
+            fate = f", {sweep.lease_fate}" if sweep.ok else f"; {sweep.lease_fate}"
+            at_risk = format_html(
                 '<strong class="leasing-bad-text" data-at-risk="yes">{}</strong> ',
                 "At risk: this worker is not alive, nothing renews these leases; each "
-                "expires, then the sweep recovers it.",
+                f"expires{fate}.",
             )
-        )
         links = [display.work_item_link(self.admin_site.name, pk) for pk in ids]
         more = ""
         if len(ids) > self.HELD_ITEMS_SHOWN:

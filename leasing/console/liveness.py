@@ -24,7 +24,8 @@ def beat_interval(process: Worker) -> float:
 
     Every process records it when it registers (`workers.heartbeat_interval`;
     a sweeper's is its pass interval). Rows registered before the column
-    existed fall back to the configured interval of their role. A recorded
+    existed fall back to the configured interval of their role, as the sweep's
+    `mark_lost` judges them (`sql.processes.silent`). A recorded
     interval of 0 (or less) is taken as recorded, as the sweep's `mark_lost`
     takes it (`sql.processes.silent`): such a process is silent as soon as it
     is not seen, never judged by another process's interval.

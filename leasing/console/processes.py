@@ -191,6 +191,22 @@ class SweepHealth:
     def level(self) -> str:
         return "ok" if self.ok else "bad" if self.dead else "warn"
 
+    @property
+    def lease_fate(self) -> str:
+        """What becomes of a lease nothing renews once it expires, as this health says:
+        the words of an at-risk lease's row."""
+        return LEASE_FATES[self.state]
+
+
+# By `SweepHealth.state`: never more hopeful than the state.
+LEASE_FATES = {
+    "ok": "then the sweep re-queues it",
+    "late": "the sweep is late; it may not re-queue it in time",
+    "errors": "the sweep's last pass failed; it may not re-queue it in time",
+    "behind": "the sweep is not keeping up; it may not re-queue it in time",
+    "dead": "no recovery sweep is running to re-queue it",
+}
+
 
 # "Recovery sweep OK" while its last pass is within this many of its intervals.
 OK_INTERVALS = 1.5

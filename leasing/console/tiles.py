@@ -21,6 +21,11 @@ class Tile:
     url: str | None = None
 
 
+def _fate(data: Dashboard) -> str:
+    """What follows an at-risk lease's expiry, never more hopeful than the sweep's health."""
+    return f", {data.sweep.lease_fate}" if data.sweep.ok else f"; {data.sweep.lease_fate}"
+
+
 def tiles(data: Dashboard, changelist: str) -> list[Tile]:
     health, backlog = data.lease_health, data.backlog
     stale_after = humanize_seconds(health.stale_after_seconds)
@@ -50,7 +55,7 @@ def tiles(data: Dashboard, changelist: str) -> list[Tile]:
         Tile(
             "At-risk leases",
             f"{health.at_risk:,}",
-            "holder silent, lost or unknown: each expires, then the sweep re-queues it"
+            f"holder silent, lost or unknown: each expires{_fate(data)}"
             if health.at_risk
             else "every live lease is held by a live worker",
             "bad" if health.at_risk else "ok",

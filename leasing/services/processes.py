@@ -135,10 +135,13 @@ def set_status(worker_id: str, status: str, *, using: str = "default") -> None:
     run(using, sql.set_status(storage_for(using), worker_id, status))
 
 
-def mark_lost(default_interval: float, *, using: str = "default") -> list[str]:
+def mark_lost(
+    default_interval: float, *, sweeper_interval: float | None = None, using: str = "default"
+) -> list[str]:
     """Mark processes silent for 3 of their own intervals `lost`; returns their ids.
 
-    `default_interval` stands in for rows that recorded no interval of their own.
+    `default_interval` stands in for rows that recorded no interval of their own,
+    `sweeper_interval` (when given) for such rows of sweepers.
     """
-    rows = run(using, sql.mark_lost(storage_for(using), default_interval))
+    rows = run(using, sql.mark_lost(storage_for(using), default_interval, sweeper_interval))
     return [row["worker_id"] for row in rows]

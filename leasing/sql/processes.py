@@ -36,10 +36,26 @@ class RunReport:
     quiet: bool = False  # the process claims nothing
 
 
-def silent(d: Storage, default_interval: float, row: str = "workers") -> Statement:
-    """The row's process has not beaten for `SILENT_INTERVALS` of its own intervals."""
-    seconds = f"{SILENT_INTERVALS} * COALESCE({row}.heartbeat_interval, %s)"
-    return d.older_than(f"{row}.last_seen_at", seconds), [default_interval]
+def silent(
+    d: Storage,
+    default_interval: float,
+    row: str = "workers",
+    *,
+    sweeper_interval: float | None = None,
+) -> Statement:
+    """The row's process has not beaten for `SILENT_INTERVALS` of its own intervals.
+
+    A row that recorded none is judged by `default_interval`, a sweeper's by
+    `sweeper_interval` when given: its role's default, as the console judges it.
+    """
+    params: list[Any]
+    if sweeper_interval is None:
+        fallback, params = "%s", [default_interval]
+    else:
+        fallback = f"CASE WHEN {row}.role = %s THEN %s ELSE %s END"
+        params = [WorkerRole.SWEEPER.value, sweeper_interval, default_interval]
+    seconds = f"{SILENT_INTERVALS} * COALESCE({row}.heartbeat_interval, {fallback})"
+    return d.older_than(f"{row}.last_seen_at", seconds), params
 
 
 def register(
@@ -162,9 +178,11 @@ def set_status(d: Storage, worker_id: str, status: str) -> Statement:
     )
 
 
-def mark_lost(d: Storage, default_interval: float) -> Statement:
+def mark_lost(
+    d: Storage, default_interval: float, sweeper_interval: float | None = None
+) -> Statement:
     """Running or stopping processes that went silent become `lost`."""
-    silent_sql, params = silent(d, default_interval)
+    silent_sql, params = silent(d, default_interval, sweeper_interval=sweeper_interval)
     sql = f"""
         UPDATE workers SET status = {LOST}
         WHERE status IN ({RUNNING}, {STOPPING}) AND {silent_sql}

@@ -108,8 +108,10 @@ class RecoverySweep:
         if on_scan is not None and not callable(on_scan):
             raise InvalidInput(f"on_scan must be callable, got {on_scan!r}.")
         self.on_scan = on_scan
-        # Processes that recorded no interval of their own are judged by this one.
+        # Processes that recorded no interval of their own are judged by their role's
+        # configured one, as the console judges them (`console.liveness.beat_interval`).
         self.default_process_interval = conf.heartbeat_interval
+        self.default_sweeper_interval = conf.sweep_interval
 
         self._thread: threading.Thread | None = None
         self._stop_event = threading.Event()
@@ -288,7 +290,11 @@ class RecoverySweep:
 
     def _mark_lost(self, counts: dict[str, Any]) -> None:
         with translate_db_errors():
-            lost = processes.mark_lost(self.default_process_interval, using=self.using)
+            lost = processes.mark_lost(
+                self.default_process_interval,
+                sweeper_interval=self.default_sweeper_interval,
+                using=self.using,
+            )
         if lost:
             logger.warning("recovery sweep %s: marked lost: %s", self.worker_id, ", ".join(lost))
         counts["workers_lost"] = len(lost)

@@ -12,6 +12,7 @@ from django.utils.timezone import localtime
 
 from ..admin.display import badge
 from ..console.durations import humanize_seconds
+from ..console.processes import SweepHealth
 
 register = template.Library()
 
@@ -97,32 +98,27 @@ def leasing_liveness(process: Any, compact: bool = False) -> SafeString:
     )
 
 
-def lease_fate(expires_in: float, sweep_ok: bool) -> str:
-    """What happens to a lease nothing renews any more."""
+def lease_fate(expires_in: float, sweep: SweepHealth) -> str:
+    """What happens to a lease nothing renews any more, as the sweep's health says."""
     if expires_in < 0:
         left = f"expired {humanize_seconds(-expires_in)} ago"
     else:
         left = f"expires in {humanize_seconds(expires_in)}"
-    if sweep_ok:
-        return f"{left}, then the sweep re-queues it"
-    return f"{left}; no recovery sweep is running to re-queue it"
+    return f"{left}, {sweep.lease_fate}" if sweep.ok else f"{left}; {sweep.lease_fate}"
 
 
 @register.simple_tag
-def leasing_lease_links(row: dict[str, Any]) -> SafeString:
-    """A process row's lease links, then "all N…" when the row shows only some.
+def leasing_lease_links(row: dict[str, Any], sweep: SweepHealth) -> SafeString:
+    """A row's lease links, then "all N…" when the row shows only some.
 
     A row at risk (its holder silent, lost or gone) says of each lease when it
-    expires and what follows."""
+    expires and what follows, as `sweep` (the page's sweep health) says."""
     if row.get("at_risk"):
         links = format_html_join(
             "",
             '<span class="leasing-at-risk-lease" data-lease="{}"><a href="{}">{}</a>'
             '<span class="leasing-sub leasing-bad-text">{}</span></span>',
-            (
-                (pk, url, pk, lease_fate(expires_in, row.get("sweep_ok", True)))
-                for pk, url, expires_in in row["leases"]
-            ),
+            ((pk, url, pk, lease_fate(expires_in, sweep)) for pk, url, expires_in in row["leases"]),
         )
     else:
         links = format_html_join(
@@ -134,7 +130,7 @@ def leasing_lease_links(row: dict[str, Any]) -> SafeString:
 
 
 @register.simple_tag
-def leasing_worker_row(row: dict[str, Any]) -> SafeString:
+def leasing_worker_row(row: dict[str, Any], sweep: SweepHealth) -> SafeString:
     """One row of the dashboard's workers table (`admin/leasing/dashboard/workers.html`):
     the worker, its status and liveness, leases, runs, counters and lease links."""
     w = row["process"]
@@ -202,7 +198,7 @@ def leasing_worker_row(row: dict[str, Any]) -> SafeString:
         runs,
         w.items_completed,
         w.items_failed,
-        leasing_lease_links(row),
+        leasing_lease_links(row, sweep),
     )
 
 

@@ -84,7 +84,6 @@ def dashboard_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Templ
             "more_url": more,
             "lease_count": count,
             "at_risk": at_risk,
-            "sweep_ok": data.sweep.ok,
         }
 
     context |= {
