@@ -5,19 +5,32 @@ from __future__ import annotations
 from typing import Self
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
 
-from ..states import IdempotencyStatus
+from ..states import IdempotencyStatus, WorkItemStatus
 from .work_items import DB_SET_NULL, WorkItem
+
+
+def _past_expiry() -> Q:
+    """Expired as the engine judges it (`leasing.sql.idempotency`): past `expires_at`,
+    unless the key's work item is unfinished (pending or in progress), whose retry
+    still needs the key."""
+    unfinished = WorkItem.objects.filter(
+        pk=OuterRef("work_item_id"),
+        status__in=[WorkItemStatus.PENDING, WorkItemStatus.IN_PROGRESS],
+    )
+    return Q(Q(expires_at__isnull=False, expires_at__lte=Now()), ~Exists(unfinished))
 
 
 class IdempotencyKeyQuerySet(models.QuerySet["IdempotencyKey"]):
     def expired(self) -> Self:
-        return self.filter(expires_at__isnull=False, expires_at__lte=Now())
+        """Keys the sweep deletes (`delete_expired_keys`) and a call takes over afresh."""
+        return self.filter(_past_expiry())
 
     def live(self) -> Self:
-        return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
+        """Keys still remembered: not yet past `expires_at`, or their item is unfinished."""
+        return self.exclude(_past_expiry())
 
 
 class IdempotencyKey(models.Model):
@@ -43,6 +56,9 @@ class IdempotencyKey(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     completed_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # The fencing token of the lease the key was claimed under (None: no lease):
+    # its pending run is alive while the item is still held under this token.
+    lease_token = models.BigIntegerField(null=True, blank=True)
 
     objects = IdempotencyKeyQuerySet.as_manager()
 

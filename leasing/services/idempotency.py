@@ -28,9 +28,13 @@ A key naming a work item does not expire while that item is unfinished
 
 A pending key's owner is alive when:
 
-- the key names a work item (`work_item=`): that item is still `in_progress`,
-  its lease has not expired, and it was not claimed again after the key was
-  created (a retry of the same item after a crash is a new owner);
+- the key was claimed under a lease (`lease=`, or a handler's context): that
+  item is still `in_progress` under the same lease, its token unchanged and
+  not expired (a retry of the same item after a crash is a new lease, so a
+  new owner, however soon it was claimed);
+- the key names a work item (`work_item=`) without a lease: that item is
+  still `in_progress`, its lease has not expired, and it was not claimed
+  again after the key was created (judged by time, to the clock's resolution);
 - otherwise: the key is younger than `LEASING["LEASE_DURATION"]`.
 
 Every time comes from the database clock.

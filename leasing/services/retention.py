@@ -2,9 +2,12 @@
 
 `work_items` is the hot table: every claim, renewal and release writes it.
 Finished rows left forever make its indexes and vacuum slower, so sites purge
-completed and failed items after a while. Their checkpoints go with them
-(ON DELETE CASCADE); idempotency keys that pointed at them keep their cached
-responses and lose only the link (ON DELETE SET NULL).
+completed and failed items after a while. Their checkpoints go with them;
+idempotency keys that pointed at them keep their cached responses and lose
+only the link. An item holding its task's resume point (its newest
+`iteration_end`) is kept while another item of that task is unfinished
+(pending or in progress), which resumes from it; a later purge takes it once
+that item has finished or checkpointed past it.
 """
 
 from __future__ import annotations
@@ -67,7 +70,10 @@ def purge_finished_items(
 
     Works in batches of `batch_size` rows, one short transaction each, so a
     purge of millions of rows never holds locks for long. Only terminal
-    statuses can be purged: a pending or leased item is never deleted here.
+    statuses can be purged: a pending or leased item is never deleted here,
+    nor a finished one whose checkpoint an unfinished item of its task would
+    resume from (see the module docstring), nor one an unfinished dependent
+    still waits for.
     """
     using = validation.database_alias(using)
     if not isinstance(older_than, timedelta) or older_than.total_seconds() <= 0:

@@ -5,6 +5,14 @@ token that changes whenever the key is claimed again. A claim made under a
 lease carries the lease fence, so a run whose lease moved on cannot start a
 side effect, and neither can it record one's outcome.
 
+A claim made under a lease also records the lease's fencing token
+(`lease_token`): the pending key's run is that (item, token), alive while the
+item is still held under it. Only a key made with `work_item=` but no lease
+(or claimed before the column existed) is judged by time: its run is alive
+while the item's lease was acquired no later than the key's claim (within the
+clock's resolution, a millisecond on SQLite, a claim of the item in the
+key's own instant counts as that run).
+
 A key that names a work item not yet finished (pending or in progress: running,
 or waiting for a retry) does not expire: its `expires_at` counts only once the
 item has finished, so a retry never finds its own attempt's key forgotten.
@@ -36,6 +44,11 @@ def _claim_column(d: Storage, row: str = "") -> str:
     return d.as_text(column)
 
 
+def _token(lease: tuple[str, str, int] | None) -> int | None:
+    """The fencing token a claim records (None: not made under a lease)."""
+    return None if lease is None else lease[2]
+
+
 def _fenced(lease: tuple[str, str, int] | None) -> Statement:
     """`AND EXISTS (the lease is held)` for a claim made under a lease."""
     if lease is None:
@@ -49,7 +62,8 @@ def _fenced(lease: tuple[str, str, int] | None) -> Statement:
 class KeyClaim:
     """What a claim of a key writes: the key, whose it is, the request, how long it lives.
 
-    `lease` is (item id, holder, token) when the claim is made under a lease.
+    `lease` is (item id, holder, token) when the claim is made under a lease;
+    the key records its token (`lease_token`), which names the key's run.
     """
 
     key: str
@@ -66,14 +80,15 @@ def insert_claim(d: Storage, claim: KeyClaim) -> Statement:
     sql = f"""
         INSERT INTO idempotency_keys (idempotency_key, task_id, work_item_id, request_hash,
                                       response_data, status, created_at, completed_at,
-                                      expires_at)
-        SELECT %s, %s, %s, %s, NULL, {PENDING}, {d.now}, NULL, {d.clock()}
+                                      expires_at, lease_token)
+        SELECT %s, %s, %s, %s, NULL, {PENDING}, {d.now}, NULL, {d.clock()}, %s
         WHERE 1 = 1 {fenced}
         ON CONFLICT (idempotency_key) DO NOTHING
         RETURNING {_claim_column(d)} AS claim
     """
     params: list[Any] = [claim.key, claim.task_id, claim.item_id, claim.digest]
-    return sql, [*params, d.offset(claim.ttl_seconds), *fenced_params]
+    params += [d.offset(claim.ttl_seconds), _token(claim.lease)]
+    return sql, [*params, *fenced_params]
 
 
 def read(d: Storage, key: str, default_owner_seconds: float) -> Statement:
@@ -82,8 +97,10 @@ def read(d: Storage, key: str, default_owner_seconds: float) -> Statement:
     It is expired once its `expires_at` passed, unless its work item is unfinished.
 
     The owner is alive when the key names a work item that is still
-    `in_progress` under a live lease claimed no later than the key; otherwise
-    while the key is younger than `default_owner_seconds`.
+    `in_progress` under a live lease: the very lease the key was claimed under
+    (the same token), or for a key claimed without one, a lease acquired no
+    later than the key. A key naming no item: while it is younger than
+    `default_owner_seconds`.
     """
     sql = f"""
         SELECT k.status, k.request_hash, k.response_data, {_claim_column(d, "k")} AS claim,
@@ -94,8 +111,10 @@ def read(d: Storage, key: str, default_owner_seconds: float) -> Statement:
                     WHEN k.work_item_id IS NULL THEN
                         CASE WHEN k.created_at > {d.clock()} THEN 1 ELSE 0 END
                     WHEN w.status = {IN_PROGRESS} AND w.lease_expires_at > {d.now}
-                         AND (w.lease_acquired_at IS NULL
-                              OR w.lease_acquired_at <= k.created_at)
+                         AND (w.lease_token = k.lease_token
+                              OR (k.lease_token IS NULL
+                                  AND (w.lease_acquired_at IS NULL
+                                       OR w.lease_acquired_at <= k.created_at)))
                     THEN 1 ELSE 0 END AS owner_alive
         FROM idempotency_keys AS k
         LEFT JOIN work_items AS w ON w.work_item_id = k.work_item_id
@@ -111,11 +130,12 @@ def take_over(d: Storage, claim: KeyClaim, seen_status: str, seen_claim: Any) ->
         UPDATE idempotency_keys
         SET status = {PENDING}, request_hash = %s, response_data = NULL,
             task_id = %s, work_item_id = %s, created_at = {d.now}, completed_at = NULL,
-            expires_at = {d.clock()}
+            expires_at = {d.clock()}, lease_token = %s
         WHERE idempotency_key = %s AND status = %s AND created_at = %s {fenced}
         RETURNING {_claim_column(d)} AS claim
     """
     params: list[Any] = [claim.digest, claim.task_id, claim.item_id, d.offset(claim.ttl_seconds)]
+    params.append(_token(claim.lease))
     return sql, [*params, claim.key, seen_status, seen_claim, *fenced_params]
 
 

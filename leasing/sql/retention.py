@@ -1,4 +1,4 @@
-"""Statements that purge finished work items (their checkpoints go by ON DELETE CASCADE)."""
+"""Statements that purge finished work items, with their checkpoints."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from .. import transitions as T
 from ..transitions import quoted
+from .checkpoints import resume_point
 from .runner import Statement
 
 if TYPE_CHECKING:
@@ -22,11 +23,28 @@ STILL_AWAITED = f"""(status IN ({quoted(T.FAILED)}, {quoted(T.CANCELLED)}) AND h
     WHERE e.dependency_id = work_items.work_item_id
       AND dependent.status IN ({quoted(T.PENDING)}, {quoted(T.IN_PROGRESS)})))"""
 
+# A finished item holding its task's resume point (the newest `iteration_end`,
+# what `resume_state()` returns) is not purged while another item of that task
+# is unfinished: that item resumes from it, and without it would start over.
+# Detaching the checkpoint instead is not possible (checkpoints are append-only:
+# migration 0002's trigger refuses any UPDATE), so the item waits for a later
+# purge, once its sibling has finished or written a newer resume point. (An
+# item's checkpoints are filed under its own task: `create_checkpoint` refuses
+# another.)
+HOLDS_RESUME_POINT = f"""(EXISTS (
+    SELECT 1 FROM work_items AS sibling
+    WHERE sibling.task_id = work_items.task_id
+      AND sibling.status IN ({quoted(T.PENDING)}, {quoted(T.IN_PROGRESS)}))
+    AND EXISTS (
+    SELECT 1 FROM checkpoints AS c
+    WHERE c.work_item_id = work_items.work_item_id AND {resume_point("c")}))"""
+
 
 def _finished_before(d: Storage, statuses: list[str], age_seconds: float) -> Statement:
     status_sql, status_params = d.in_list("status", statuses)
     return (
-        f"{status_sql} AND completed_at < {d.clock()} AND NOT {STILL_AWAITED}",
+        f"{status_sql} AND completed_at < {d.clock()} AND NOT {STILL_AWAITED}"
+        f" AND NOT {HOLDS_RESUME_POINT}",
         [*status_params, d.offset(-age_seconds)],
     )
 
@@ -41,6 +59,8 @@ def pick_finished(d: Storage, statuses: list[str], age_seconds: float, limit: in
 
     Locked, an item gains no new dependent until the purge commits (an enqueue
     locks the items it depends on), so what `STILL_AWAITED` saw holds.
+    (`HOLDS_RESUME_POINT` is judged here too: a sibling enqueued or retried
+    between this pick and the delete, a moment later, is not seen.)
     """
     where, params = _finished_before(d, statuses, age_seconds)
     lock = d.skip_locked()
@@ -49,8 +69,9 @@ def pick_finished(d: Storage, statuses: list[str], age_seconds: float, limit: in
 
 
 def delete_items(d: Storage, item_ids: list[str]) -> list[Statement]:
-    """Delete these items and what depends on them: their checkpoints and dependency
-    edges go, idempotency keys stay (their cached responses outlive the item) and lose the link.
+    """Delete these items (as picked: none holds a resume point another item still
+    needs) and what depends on them: their checkpoints and dependency edges go,
+    idempotency keys stay (their cached responses outlive the item) and lose the link.
 
     The dependent rows are handled here rather than by the foreign keys' ON
     DELETE, which only Django 6.1 declares.

@@ -33,7 +33,7 @@ def test_tables_and_columns_are_named_as_the_spec_says():
     }  # fmt: skip
     assert columns("idempotency_keys") == {
         "idempotency_key", "task_id", "work_item_id", "request_hash", "response_data",
-        "status", "created_at", "completed_at", "expires_at",
+        "status", "created_at", "completed_at", "expires_at", "lease_token",
     }  # fmt: skip
     assert {"worker_id", "role", "hostname", "pid", "started_at", "last_seen_at", "stopped_at",
             "status", "concurrency", "work_types"} <= columns("workers")  # fmt: skip
