@@ -70,6 +70,11 @@ DEFINITION = ("work_type", "cron", "every", "timezone", "payload", "queue_name",
 TIMING = ("cron", "every", "timezone")
 
 
+def _has_handler(work_type: str) -> bool:
+    """Items of this work type can run (as this process's registry knows it)."""
+    return work_type in handlers or get_settings().allow_unregistered_types
+
+
 def _field[T](parse: Callable[..., T], value: Any, *args: Any) -> T:
     """Run a parser, turning its InvalidInput into the field's ValidationError."""
     try:
@@ -126,7 +131,11 @@ class ScheduleForm(_ModelForm):
 
     def clean_work_type(self) -> str:
         work_type = _field(parse_text, self._text("work_type"), "work_type")
-        if work_type not in handlers and not get_settings().allow_unregistered_types:
+        # The stored row's own work type is kept even if its handler went away: an
+        # operator can still switch the schedule off or edit it (`save_model` warns
+        # while it stays on). Only a new or changed one must have a handler.
+        kept = self.instance.pk is not None and work_type == self.instance.work_type
+        if not kept and not _has_handler(work_type):
             raise forms.ValidationError(
                 f"No handler is registered for work type {work_type!r}: its items would never "
                 "run. Register one with @leasing.handler."
@@ -259,7 +268,7 @@ class ScheduleAdmin(_ModelAdmin):
             duration(OVERDUE_AFTER),
             duration(late),
         )
-        if obj.work_type in handlers or get_settings().allow_unregistered_types:
+        if _has_handler(obj.work_type):
             return overdue
         # The commonest cause, which the scheduler's log names: say it here too.
         return format_html(
@@ -318,6 +327,15 @@ class ScheduleAdmin(_ModelAdmin):
             self.message_user(request, str(exc), messages.ERROR)
             request.__dict__[REFUSED] = True  # no "changed successfully", no history entry
             return
+        if obj.enabled and not _has_handler(obj.work_type):
+            self.message_user(
+                request,
+                f"Schedule {obj.name!r} is enabled, but no handler is registered for its work "
+                f"type {obj.work_type!r}: its ticks are not enqueued (the scheduler logs each "
+                "failure and retries) until one is registered with @leasing.handler. Disable "
+                "it to stop them.",
+                messages.WARNING,
+            )
         if obj.pk:
             obj.refresh_from_db()  # show what the service wrote (next_run_at, ...)
 

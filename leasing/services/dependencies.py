@@ -92,15 +92,22 @@ def fail_dependents(using: str, failed: list[str]) -> list[str]:
     return failed_now
 
 
-def failed_dependencies(using: str, item_id: str) -> list[str]:
-    """The failed (or cancelled) dependencies of an item, all of them share-locked.
+def ended_dependencies(using: str, item_id: str) -> list[tuple[str, str]]:
+    """The failed or cancelled dependencies of an item, as (id, status), all of them
+    share-locked.
 
     Called before the item itself is locked (dependencies before dependents).
     """
     d = storage_for(using)
     rows = run(using, sql.share_lock_dependencies(d, item_id))
     ended = (WorkItemStatus.FAILED, WorkItemStatus.CANCELLED)
-    return [row["work_item_id"] for row in rows if row["status"] in ended]
+    return [(row["work_item_id"], row["status"]) for row in rows if row["status"] in ended]
+
+
+def how_it_ended(status: str) -> str:
+    """How a dependency that will not complete ended, for a message: an operator
+    looks for a cancellation elsewhere than for a failure."""
+    return "was cancelled" if status == WorkItemStatus.CANCELLED else "failed"
 
 
 def failed_with_dependencies(using: str, item_id: str) -> int:

@@ -33,7 +33,7 @@ from ..sql.runner import (
 from ..states import CheckpointType, DependencyFailure, WorkItemStatus
 from ..storage import storage_for
 from .checkpoints import record_checkpoint
-from .dependencies import failed_dependencies, failed_with_dependencies, settle
+from .dependencies import ended_dependencies, failed_with_dependencies, how_it_ended, settle
 
 logger = logging.getLogger("leasing.operations")
 
@@ -192,16 +192,17 @@ def _apply(
     allowed = Action.accepts[action]
     with translate_db_errors(), transaction.atomic(using=using):
         # A retry checks the item's dependencies, locked before the item itself.
-        failed_deps = failed_dependencies(using, work_item_id) if action == Action.RETRY else []
+        ended_deps = ended_dependencies(using, work_item_id) if action == Action.RETRY else []
         before = run_one(using, sql.lock_item(d, work_item_id, for_delete=action == Action.DELETE))
         if before is None:
             raise WorkItemNotFound(work_item_id)
         skipped = _skip_reason(before, allowed, expected_token, expected_heartbeat_at)
         fails_with_them = before["on_dependency_failure"] == DependencyFailure.FAIL
-        if not skipped and failed_deps and fails_with_them:
+        if not skipped and ended_deps and fails_with_them:
+            dependency, status = ended_deps[0]
             skipped = (
-                f"its dependency {failed_deps[0]} failed and it fails with its dependencies: "
-                "retry that one first"
+                f"its dependency {dependency} {how_it_ended(status)} and it fails with its "
+                "dependencies: retry that one first"
             )
         if not skipped and action == Action.CANCEL and before["cancel_requested_at"]:
             skipped = "it was asked to stop already; its run ends cancelled"

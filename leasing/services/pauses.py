@@ -4,7 +4,8 @@ A pause stops claims, nothing else: items already in flight finish, enqueues
 go on, and every worker skips the paused queue or work type from its next
 claim on (the claim statement checks `leasing_pauses` itself; no worker
 caches it). Resuming lets the backlog drain; on PostgreSQL idle workers of a
-resumed queue are woken by a NOTIFY.
+resumed queue, or of the queues holding a resumed work type's items, are
+woken by a NOTIFY.
 
 Each pause and resume names who and why; the `leasing_pauses` row keeps both
 (with the database clock's time), so the table is the audit trail.
@@ -21,7 +22,7 @@ from django.db import transaction
 from .. import validation
 from ..exceptions import InvalidInput
 from ..sql import pauses as sql
-from ..sql.runner import run_one, to_datetime, translate_db_errors
+from ..sql.runner import run, run_one, to_datetime, translate_db_errors
 from ..states import PauseKind
 from ..storage import storage_for
 
@@ -130,8 +131,13 @@ def resume(
     d = storage_for(using)
     with translate_db_errors(), transaction.atomic(using=using):
         row = run_one(using, sql.resume(d, kind, name, by, reason))
-        if row is not None and kind == PauseKind.QUEUE:
-            d.notify([name])  # wake the queue's idle workers at commit
+        if row is not None and d.can_listen:
+            # Wake the idle workers at commit: workers wait on a queue's wake, so
+            # a work type wakes the queues holding its items.
+            if kind == PauseKind.QUEUE:
+                d.notify([name])
+            else:
+                d.notify(r["queue_name"] for r in run(using, sql.queues_holding(name)))
     if row is None:
         return PauseState(kind=kind, name=name, paused=False, changed=False)
     return _state(row, changed=True)

@@ -14,12 +14,16 @@ by that claim.
 
 Resuming stamps the row (`resumed_*`) rather than deleting it, so the table is
 the audit trail of every pause and resume.
+
+Workers wait on a queue's wake (`leasing.sql.wakes`), so resuming a work type
+wakes the queues that hold its claimable items (`queues_holding`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .. import transitions as T
 from ..states import PauseKind
 from .runner import Statement
 
@@ -78,3 +82,23 @@ def active(kind: str, name: str) -> Statement:
         WHERE kind = %s AND name = %s AND resumed_at IS NULL
     """
     return sql, [kind, name]
+
+
+# The most queues one work type's resume wakes: past them, workers of the rest
+# find the items at their next poll, as they would without a wake.
+MAX_WOKEN_QUEUES = 100
+
+
+def queues_holding(work_type: str) -> Statement:
+    """The queues holding claimable items of this work type (at most MAX_WOKEN_QUEUES).
+
+    Its condition is the claim indexes' (`work_items_claim_type_idx` holds exactly
+    these rows), so it reads the type's backlog, never finished or blocked items:
+    an operator's resume pays it once.
+    """
+    sql = f"""
+        SELECT DISTINCT queue_name FROM work_items
+        WHERE status = {T.quoted(T.PENDING)} AND dependencies_left = 0 AND work_type = %s
+        LIMIT %s
+    """
+    return sql, [work_type, MAX_WOKEN_QUEUES]
