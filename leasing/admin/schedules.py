@@ -380,6 +380,22 @@ class ScheduleAdmin(_ModelAdmin):
             self.message_user(request, why, messages.ERROR)
         if count or not refused:
             self.message_user(request, f"{count} schedule(s) enabled.", messages.SUCCESS)
+        # As the change form warns: on, yet nothing can run their items.
+        orphans = sorted(
+            f"{name!r} ({work_type!r})"
+            for name, work_type in Schedule.objects.filter(pk__in=pks, enabled=True).values_list(
+                "name", "work_type"
+            )
+            if not _has_handler(work_type)
+        )
+        if orphans:
+            self.message_user(
+                request,
+                f"No handler is registered for the work type of {', '.join(orphans)}: their "
+                "ticks are not enqueued (the scheduler logs each failure and retries) until one "
+                "is registered with @leasing.handler.",
+                messages.WARNING,
+            )
 
     @admin.action(description="Disable the selected schedules", permissions=["change"])
     def disable_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:

@@ -100,3 +100,16 @@ def test_a_new_schedule_of_the_removed_work_type_is_still_refused(admin_client, 
     response = admin_client.post(reverse("admin:leasing_schedule_add"), data)
     assert "No handler is registered" in " ".join(errors_of(response)["work_type"])
     assert list(Schedule.objects.values_list("name", flat=True)) == ["orphan"]
+
+
+def test_the_enable_action_warns_of_a_schedule_whose_handler_went_away(admin_client, orphan):
+    Schedule.objects.filter(pk=orphan).update(enabled=False)
+    url = reverse("admin:leasing_schedule_changelist")
+    response = admin_client.post(
+        url, {"action": "enable_selected", "_selected_action": [str(orphan)]}, follow=True
+    )
+    assert response.status_code == 200
+    texts = [str(m) for m in response.context["messages"]]
+    assert "1 schedule(s) enabled." in texts
+    assert any("No handler is registered for the work type of 'orphan'" in t for t in texts)
+    assert Schedule.objects.get(pk=orphan).enabled

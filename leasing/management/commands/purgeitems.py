@@ -26,7 +26,8 @@ def age(text: str) -> Any:
 class Command(LeasingCommand):
     help = (
         "Delete completed, failed and cancelled work items finished longer ago than "
-        "--older-than, with their checkpoints, in short batches."
+        "--older-than, with their checkpoints, in short batches. An item whose checkpoint "
+        "an unfinished item of its task would resume from is kept until that one finishes."
     )
 
     removed_flags = {
