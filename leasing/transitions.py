@@ -270,6 +270,8 @@ GUARDS: tuple[Guard, ...] = (
             "cancel": "releases the key",
             "dependency_failed": "releases the key",
             "delete": "a deleted pending item releases its key with its row",
+            "purge": "never an item whose period key is still held (unique_until ahead): the "
+            "row holds the key, whatever its status, until its period ends",
             "run_now": "unchanged: the item keeps (or lacks) its key",
         },
     ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import transitions as T
+from ..states import UniqueScope
 from ..transitions import quoted
 from .checkpoints import resume_point
 from .runner import Statement
@@ -40,11 +41,20 @@ HOLDS_RESUME_POINT = f"""(EXISTS (
     WHERE c.work_item_id = work_items.work_item_id AND {resume_point("c")}))"""
 
 
+
+def _holds_period_key(d: Storage) -> str:
+    """A finished item whose period key is still held (`unique_while=timedelta`): the
+    key is held for its period whatever the item's status, by the row itself, so
+    purging it would let a duplicate in before the period ends."""
+    held = f"unique_scope = {quoted(UniqueScope.PERIOD.value)} AND unique_until > {d.now}"
+    return f"COALESCE({held}, FALSE)"  # NULL (no key) must not read as held
+
+
 def _finished_before(d: Storage, statuses: list[str], age_seconds: float) -> Statement:
     status_sql, status_params = d.in_list("status", statuses)
     return (
         f"{status_sql} AND completed_at < {d.clock()} AND NOT {STILL_AWAITED}"
-        f" AND NOT {HOLDS_RESUME_POINT}",
+        f" AND NOT {_holds_period_key(d)} AND NOT {HOLDS_RESUME_POINT}",
         [*status_params, d.offset(-age_seconds)],
     )
 

@@ -9,11 +9,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from leasing import LeaseManager, create_checkpoint, enqueue_many
+from leasing import LeaseManager, create_checkpoint, enqueue, enqueue_many
 from leasing.exceptions import InvalidInput
 from leasing.models import Checkpoint, IdempotencyKey, WorkItem
 from leasing.services.retention import parse_age, purge_finished_items
 from tests.support.helpers import database_now
+from tests.support.items import run_item
 
 pytestmark = pytest.mark.django_db
 
@@ -151,3 +152,22 @@ def test_a_failed_item_a_waiting_dependent_still_needs_is_not_purged(db):
     # Once it no longer waits (it was failed by an operator), the dependency goes too.
     apply_action("force_fail", waiting.pk, expected_token=None, actor="ops", reason="test")
     assert purge_finished_items(timedelta(hours=1), statuses=["failed"]).items_deleted == 1
+
+
+def test_an_item_whose_period_key_is_still_held_is_not_purged_until_its_period_ends(db):
+    first = enqueue("digest-1", "w", unique_key="digest:daily", unique_while=timedelta(days=7))
+    run_item(first)
+    assert WorkItem.objects.get(pk=first.pk).status == "completed"
+    old = database_now() - timedelta(days=2)  # finished two days ago, its key held for a week
+    WorkItem.objects.filter(pk=first.pk).update(completed_at=old)
+
+    assert purge_finished_items(timedelta(days=1), dry_run=True).items_deleted == 0
+    assert purge_finished_items(timedelta(days=1)).items_deleted == 0
+    again = enqueue("digest-2", "w", unique_key="digest:daily", unique_while=timedelta(days=7))
+    assert again.duplicate and again.pk == first.pk  # the key still holds: no second digest
+
+    # Its period over, the next purge takes it, and the key is free again.
+    WorkItem.objects.filter(pk=first.pk).update(unique_until=database_now() - timedelta(seconds=1))
+    assert purge_finished_items(timedelta(days=1)).items_deleted == 1
+    fresh = enqueue("digest-3", "w", unique_key="digest:daily", unique_while=timedelta(days=7))
+    assert not fresh.duplicate

@@ -343,12 +343,15 @@ class Reference:
             item.ready = True
 
     def purge(self, statuses: tuple[str, ...]) -> list[str]:
-        """Finished items go, but never a failed one an unfinished dependent still waits for."""
+        """Finished items go, but never a failed one an unfinished dependent still waits for,
+        nor one whose period key is still held."""
 
         gone = [
             i.id
             for i in self.items.values()
-            if i.status in statuses and not (i.status in ENDED and self._awaited(i))
+            if i.status in statuses
+            and not (i.status in ENDED and self._awaited(i))
+            and not (i.key is not None and i.key[1] == PERIOD and i.holds_key())
         ]
         self._remove(gone)
         return gone
