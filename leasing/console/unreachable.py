@@ -8,9 +8,11 @@ raised and the driver's one-line reason. A read-only page (`read_only=True`:
 GET, HEAD, `/metrics`) whose query PostgreSQL cancelled on purpose
 (`statement_timeout`, `lock_timeout`, a conflict with recovery on a replica,
 `pg_cancel_backend`: `is_cancelled`) is answered the same way, as
-`cancelled`; a page that writes keeps such an error, since part of what it
-did may have been committed. Any other error (a bad statement) stays the
-error it is. The admin answers with a 503 page
+`cancelled`, and so is one that read a database without leasing's tables or
+columns of this version (`unmigrated`: a READ_DATABASE that is no replica of
+the primary, or migrations not applied); a page that writes keeps such an
+error, since part of what it did may have been committed. Any other error
+(a bad statement) stays the error it is. The admin answers with a 503 page
 (`leasing.admin.views.unreachable`) and `/metrics` with a 503 line: never a
 traceback, and never figures read from another database instead.
 """
@@ -27,6 +29,7 @@ from django.db.backends.utils import CursorWrapper
 from ..conf import WRITE_DATABASE, read_alias
 from ..exceptions import DatabaseUnavailable, one_line
 from ..sql.runner import is_connection_error, lost_protocol
+from ..storage import storage_of_error
 
 # PostgreSQL's SQLSTATEs for a statement it cancelled on purpose: query_canceled
 # (statement_timeout, pg_cancel_backend, some conflicts with recovery), lock_not_available
@@ -43,6 +46,7 @@ class Unreachable:
     reason: str  # the driver's error, one line
     read_database: bool  # the alias is LEASING["READ_DATABASE"], not the primary
     cancelled: bool = False  # the server answered, and cancelled the query on purpose
+    unmigrated: bool = False  # the server answered: it lacks a table or column of leasing's
 
     @property
     def text(self) -> str:
@@ -57,6 +61,17 @@ class Unreachable:
                 f"{which} cancelled this page's query (statement_timeout / lock_timeout / a "
                 f"conflict with recovery on the replica): {self.reason}. Try again; if it "
                 "repeats, raise the timeout for the console's role."
+            )
+        if self.unmigrated:
+            if self.read_database:
+                return (
+                    f"The read database {self.alias!r} (LEASING['READ_DATABASE']) lacks "
+                    f"leasing's tables of this version: {self.reason}. Point it at a replica "
+                    f"of the primary ({WRITE_DATABASE!r}), or remove READ_DATABASE from LEASING."
+                )
+            return (
+                f"The database {self.alias!r} lacks leasing's tables of this version: "
+                f"{self.reason}. Run `python manage.py migrate`."
             )
         if self.read_database:
             return (
@@ -85,24 +100,37 @@ def is_cancelled(exc: BaseException) -> bool:
     return getattr(cause, "sqlstate", None) in CANCELLED_SQLSTATES
 
 
+def lacks_schema(exc: BaseException) -> bool:
+    """The statement named a table or column the database does not have."""
+    if not isinstance(exc, DatabaseError):
+        return False
+    cause = exc.__cause__ or exc
+    driver = storage_of_error(cause)
+    return driver is not None and driver.lacks_schema(cause)
+
+
 def unreachable(exc: BaseException, *, read_only: bool = False) -> Unreachable | None:
     """The database `exc` says did not answer or, for a page that writes nothing
-    (`read_only`), cancelled its query; None for any other error.
+    (`read_only`), cancelled its query or lacks leasing's schema; None for any other error.
 
     A page that writes is left its error when cancelled: what it wrote before
     the cancelled statement may be committed, so "nothing was changed" could be false.
     """
+    cancelled = unmigrated = False
     if is_outage(exc):
-        cancelled = False
+        pass
     elif read_only and is_cancelled(exc):
         cancelled = True
+    elif read_only and lacks_schema(exc):
+        unmigrated = True
     else:
         return None
     # `run()` raises DatabaseUnavailable from Django's error: read that one.
     error = exc.__cause__ if isinstance(exc.__cause__, DatabaseError) else exc
     read = read_alias()
     alias = raised_by(error) or read
-    return Unreachable(alias, one_line(error), alias == read and alias != WRITE_DATABASE, cancelled)
+    read_database = alias == read and alias != WRITE_DATABASE
+    return Unreachable(alias, one_line(error), read_database, cancelled, unmigrated)
 
 
 def raised_by(error: BaseException) -> str | None:

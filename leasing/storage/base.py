@@ -375,6 +375,12 @@ class Storage(ABC):
         """The statement broke the unique index `index` on `columns` ("table.a, table.b")."""
         return False
 
+    @classmethod
+    def lacks_schema(cls, error: BaseException) -> bool:
+        """The statement named a table or column the database does not have: leasing's
+        migrations were not applied there (or a replica of another database was named)."""
+        return False
+
     # --- running statements ---------------------------------------------------------------
 
     def bound_statements(self, seconds: float) -> None:  # noqa: B027 - SQLite: its busy timeout

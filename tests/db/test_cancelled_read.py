@@ -196,3 +196,53 @@ def test_a_conflict_with_recovery_on_a_standby_is_a_cancellation(name):
         reason = "OperationalError: canceling statement due to conflict with recovery"
         assert unreachable(exc, read_only=True) == Unreachable("default", reason, False, True)
         assert unreachable(exc) is None
+
+
+# --- a database without leasing's tables: a 503 that says so ----------------------------------
+
+
+@pytest.fixture
+def replica_without_tables(leasing_settings: Callable[..., None]) -> Iterator[None]:
+    """LEASING["READ_DATABASE"] reads a database that answers but has no leasing table (as
+    one that is no replica of the primary): its session searches an empty schema."""
+    leasing_settings(READ_DATABASE=REPLICA, METRICS_TOKEN=TOKEN)
+    with connections[REPLICA].cursor() as cursor:
+        cursor.execute("CREATE SCHEMA IF NOT EXISTS leasing_test_empty")
+        cursor.execute("SET search_path = leasing_test_empty")
+    try:
+        yield
+    finally:
+        connections[REPLICA].close()  # the next session searches the default schema again
+
+
+def test_a_read_database_without_leasing_tables_answers_503_saying_so(replica_without_tables):
+    client = staff_client()
+    item = WorkItem.objects.create(task_id="t-unmigrated", work_type="noop")
+    for url in (dashboard_url(), changelist_url(), change_url(item.pk)):
+        response = client.get(url)
+        html = response.content.decode()
+        assert response.status_code == 503, (url, html[:300])
+        assert "data-leasing-unmigrated" in html
+        assert f"The read database <code>{REPLICA}</code> lacks leasing's tables" in html
+        assert "is not a replica of the primary" in html and "READ_DATABASE" in html
+        assert "ProgrammingError: relation" in html and "does not exist" in html
+        assert "Traceback" not in html and "is unreachable" not in html
+    scrape = Client(headers={"Authorization": f"Bearer {TOKEN}"}).get(reverse("leasing:metrics"))
+    assert scrape.status_code == 503
+    [line] = scrape.content.decode().splitlines()
+    assert f"The read database '{REPLICA}' (LEASING['READ_DATABASE']) lacks leasing's" in line
+    assert "Point it at a replica of the primary ('default')" in line
+    assert WorkItem.objects.get(pk=item.pk).status == "pending"  # nothing written
+
+
+def test_a_missing_column_is_unmigrated_only_for_pages_that_write_nothing():
+    import psycopg.errors
+
+    cause = psycopg.errors.UndefinedColumn('column "lease_token" does not exist')
+    try:
+        raise DatabaseError(str(cause)) from cause
+    except DatabaseError as exc:
+        outage = unreachable(exc, read_only=True)
+        assert outage is not None and outage.unmigrated and not outage.cancelled
+        assert outage.text.endswith("Run `python manage.py migrate`.")
+        assert unreachable(exc) is None  # an operator action keeps its error

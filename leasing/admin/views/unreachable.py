@@ -44,6 +44,9 @@ BARE = "A database the admin reads does not answer; nothing was changed. Try aga
 BARE_CANCELLED = (
     "A database the admin reads cancelled this page's query; nothing was changed. Try again.\n"
 )
+BARE_UNMIGRATED = (
+    "A database the admin reads lacks leasing's tables of this version; nothing was changed.\n"
+)
 # Methods that change nothing: only these may answer a cancelled query with the 503 page.
 READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
 
@@ -89,7 +92,9 @@ def unreachable_response(
     except (DatabaseUnavailable, DatabaseError):
         response = None  # the primary (sessions, users, permissions) does not answer either
     if response is None:
-        bare = BARE_CANCELLED if outage.cancelled else BARE
+        bare = (
+            BARE_CANCELLED if outage.cancelled else BARE_UNMIGRATED if outage.unmigrated else BARE
+        )
         response = HttpResponse(bare, status=503, content_type="text/plain; charset=utf-8")
     add_never_cache_headers(response)
     return response
@@ -109,4 +114,6 @@ def _title(outage: Unreachable) -> str:
     database = "Read database" if outage.read_database else "Database"
     if outage.cancelled:
         return f"{database} cancelled the query"
+    if outage.unmigrated:
+        return f"{database} lacks leasing's tables"
     return f"{database} unreachable"

@@ -38,6 +38,8 @@ CONNECTION_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53300", "25006")
 # Deadlock detected, serialization failure, lock not available (lock_timeout).
 CONFLICT_SQLSTATES = ("40P01", "40001", "55P03")
 UNIQUE_VIOLATION = "23505"
+# Undefined table, undefined column: a database leasing's migrations did not reach.
+UNDEFINED_SQLSTATES = ("42P01", "42703")
 
 # Planner settings a claim runs with switched off (`in_claim_order`).
 CLAIM_PLANNER_OFF = ("enable_sort", "enable_bitmapscan", "jit")
@@ -422,6 +424,10 @@ class PostgresStorage(Storage):
     @classmethod
     def raised(cls, error: BaseException) -> bool:
         return getattr(error, "sqlstate", "missing") != "missing"  # psycopg's
+
+    @classmethod
+    def lacks_schema(cls, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", None) in UNDEFINED_SQLSTATES
 
     @classmethod
     def is_lock_conflict(cls, error: BaseException) -> bool:

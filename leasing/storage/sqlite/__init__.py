@@ -255,6 +255,10 @@ class SQLiteStorage(Storage):
         return any(marker in str(error).lower() for marker in _UNAVAILABLE)
 
     @classmethod
+    def lacks_schema(cls, error: BaseException) -> bool:
+        return str(error).startswith(("no such table", "no such column"))
+
+    @classmethod
     def breaks_unique(cls, error: BaseException, index: str, columns: str) -> bool:
         # SQLite names the columns: "UNIQUE constraint failed: t.a, t.b".
         return str(error).endswith(f"UNIQUE constraint failed: {columns}")
