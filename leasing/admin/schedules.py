@@ -11,12 +11,13 @@ settings (`leasing.ticks`), so bad input is a field error, never a 500.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.db.models import QuerySet
+from django.db.models import BooleanField, QuerySet, Value
 from django.db.models.functions import Now
 from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -56,7 +57,16 @@ else:  # Django's classes are not subscriptable at run time
     _ModelForm = forms.ModelForm
     _ModelAdmin = admin.ModelAdmin
 
-type ClockedSchedule = WithAnnotations[Schedule, display.DbClock]
+
+class RowContext(TypedDict):
+    """The list's and the change page's annotations: the database clock, and whether the
+    viewer may read error text (`display.errors_visible`; columns are not given the request)."""
+
+    db_now: datetime
+    errors_visible: bool
+
+
+type ClockedSchedule = WithAnnotations[Schedule, RowContext]
 
 # A next run further in the past than this is overdue: a live scheduler enqueues a
 # tick at most one pass late, so three passes missed means none is running (or
@@ -205,6 +215,7 @@ class ScheduleAdmin(_ModelAdmin):
         "work_type",
         "enabled",
         "next_run",
+        "last_failure",
         "last_run",
         "last_item",
         "source",
@@ -220,7 +231,8 @@ class ScheduleAdmin(_ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ClockedSchedule]:
         # `db_now`: the database clock, which the scheduler's passes also read.
-        return super().get_queryset(request).annotate(db_now=Now())
+        visible = Value(display.errors_visible(request.user), output_field=BooleanField())
+        return super().get_queryset(request).annotate(db_now=Now(), errors_visible=visible)
 
     # --- bad input in the list's search, filters or selection: a message, never a 500 ---
 
@@ -268,14 +280,37 @@ class ScheduleAdmin(_ModelAdmin):
             duration(OVERDUE_AFTER),
             duration(late),
         )
-        if _has_handler(obj.work_type):
-            return overdue
-        # The commonest cause, which the scheduler's log names: say it here too.
+        if obj.last_error or _has_handler(obj.work_type):
+            return overdue  # a recorded failure says why (`last_failure`)
+        # The commonest cause, which the scheduler's log names: say it here too (until the
+        # scheduler records the failure it hit).
         return format_html(
             '{}: <span class="leasing-bad-text">no handler is registered for its work type '
             "{}, so the scheduler cannot enqueue its ticks</span>",
             overdue,
             repr(obj.work_type),
+        )
+
+    @admin.display(description="last failure")
+    def last_failure(self, obj: ClockedSchedule) -> SafeString | str:
+        """Why the scheduler could not enqueue the tick it owes, as it recorded it.
+
+        Error text may quote data, so only `leasing.view_payload` holders read it
+        (the console's rule); a disabled schedule owes no tick, so shows none.
+        """
+        if not obj.enabled or not obj.last_error:
+            return EMPTY
+        since = display.timestamp(obj.last_error_at)
+        if not obj.errors_visible:
+            return format_html(
+                '<span class="leasing-redacted">{}</span> (since {})', display.ERROR_HIDDEN, since
+            )
+        return format_html(
+            '<span class="leasing-bad-text" title="The scheduler cannot enqueue this '
+            "schedule's tick and retries each pass; this clears once a tick is enqueued or the "
+            'schedule is edited.">{}</span> (since {})',
+            obj.last_error,
+            since,
         )
 
     last_tick = display.time_column("last_tick_at", "last tick at")
@@ -296,7 +331,7 @@ class ScheduleAdmin(_ModelAdmin):
     # --- what may change -------------------------------------------------------------------
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        state = ("next_run", "last_tick", "last_run", "last_item", "source")
+        state = ("next_run", "last_failure", "last_tick", "last_run", "last_item", "source")
         if obj is not None and obj.from_settings:
             return ("name", *DEFINITION, *state)
         return state if obj is not None else ()

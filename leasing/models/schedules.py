@@ -4,7 +4,8 @@ Rows come from `LEASING["SCHEDULES"]` (synced by the scheduler when it starts,
 `from_settings` true: only `enabled` may change in the admin) or from the
 admin. Every write is a statement of `leasing.sql.schedules`; the scheduler
 advances `next_run_at` with a compare-and-swap so that each tick enqueues
-one item whatever number of schedulers run.
+one item whatever number of schedulers run, and records in `last_error` why
+a tick could not be enqueued (for the admin, which cannot see its log).
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ class Schedule(models.Model):
     last_tick_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_run_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_work_item_id = models.TextField(null=True, blank=True, editable=False)
+    # Why the scheduler's last try at a tick could not enqueue it (one short line), and
+    # since when (database clock: the pass that first hit it); cleared when a tick is
+    # enqueued, the row is edited or it is switched on again.
+    last_error = models.TextField(null=True, blank=True, editable=False)
+    last_error_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     updated_at = models.DateTimeField(db_default=Now(), editable=False)
 

@@ -18,6 +18,11 @@ whose `next_run_at` has passed, and for each one, in one transaction:
    for `UNIQUE_FOR` (a period scope: whatever the item's status), so a tick
    can never run twice, even if `next_run_at` is moved back.
 
+A tick that cannot be enqueued (step 3 refused, or any error of the
+schedule's own) changes nothing but the row's `last_error`: its one-line
+text and when the scheduler first hit it, for the admin, which cannot read
+the scheduler's log. The swap of the next tick that is enqueued clears it.
+
 Missed ticks (no scheduler ran for a while) still give one item: for the
 most recent due tick. Its input says what it stands for in `_schedule`:
 with `missed="skip"` the older ticks are dropped (`skipped` counts them); with
@@ -36,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, transaction
 
 from .. import validation
-from ..exceptions import InvalidInput
+from ..exceptions import InvalidInput, one_line
 from ..sql import schedules as sql
 from ..sql.runner import (
     database_now,
@@ -47,6 +52,7 @@ from ..sql.runner import (
     run_one,
     to_datetime,
 )
+from ..sql.snapshots import clean_text
 from ..storage import storage_for
 from ..ticks import ScheduleSpec, parse_timing, tick_input
 from .enqueue import enqueue
@@ -65,6 +71,9 @@ PASS_INTERVAL = 1.0
 UNIQUE_FOR = timedelta(days=400)
 # Due schedules handled per pass (the rest wait for the next pass).
 PASS_LIMIT = 500
+# The most characters of a failure's text a schedule records (`last_error`): a
+# line for the admin's list; the log has the whole message and its traceback.
+ERROR_CHARS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +175,7 @@ def run_due(
                 if is_infrastructure_error(exc):
                     raise  # an outage: this tick changed nothing, the next pass retries
                 _log_failure(row["name"], exc, reported)
+                _record_failure(d, row, exc)
                 continue
             if result is None:
                 continue
@@ -198,6 +208,34 @@ def _log_failure(name: str, exc: Exception, reported: set[tuple[str, str]] | Non
         text,
         exc_info=not isinstance(exc, InvalidInput | DatabaseError),
     )
+
+
+def failure_text(exc: BaseException) -> str:
+    """A failure as a schedule records it: one line, at most ERROR_CHARS, storable anywhere."""
+    text = one_line(exc)
+    if isinstance(exc, InvalidInput):  # our own refusals read better without their class
+        text = text.removeprefix(f"{type(exc).__name__}: ")
+    text = clean_text(text, ERROR_CHARS + 1)
+    return text if len(text) <= ERROR_CHARS else f"{text[: ERROR_CHARS - 3]}..."
+
+
+def _record_failure(d: Storage, row: dict[str, Any], exc: Exception) -> None:
+    """Record why the row's tick failed; a failure to record is logged, never raised.
+
+    Its own transaction (a savepoint inside a caller's), after the tick's was
+    rolled back: the tick stays owed and the pass goes on to the next schedule.
+    """
+    expected = to_datetime(row["next_run_at"])
+    assert expected is not None  # due() only returns rows with a next tick
+    try:
+        with transaction.atomic(using=d.using):
+            run(d.using, sql.record_failure(d, row["id"], expected, failure_text(exc)))
+    except Exception as recording:
+        logger.warning(
+            "schedule %s: could not record why its tick failed: %s",
+            row["name"],
+            one_line(recording),
+        )
 
 
 def _fire(d: Storage, row: dict[str, Any], now: datetime) -> Fired | None:
@@ -267,7 +305,8 @@ def save_schedule(
     """Create (pk None) or rewrite an admin schedule; returns its id.
 
     `retime`: start again from the first tick after now (a new timing);
-    otherwise `next_run_at` stays, so editing a payload loses no tick.
+    otherwise `next_run_at` stays, so editing a payload loses no tick. A
+    rewrite forgets the failure the row recorded: it may not apply any more.
     """
     using = validation.database_alias(using)
     d = storage_for(using)
@@ -292,11 +331,11 @@ def set_enabled(
     """Switch schedules on or off; returns how many changed.
 
     Switched on, a schedule starts from its first tick after now: the ticks
-    it had while off are not owed. A schedule whose timing this process
-    cannot read (a cron expression without cronsim installed, a time zone
-    its tzdata lacks) has no next tick to start from: it stays off, the
-    others are switched on, and why is logged and appended to `refused` (for
-    the caller to show), one line each.
+    it had while off are not owed, and the failure it recorded is forgotten.
+    A schedule whose timing this process cannot read (a cron expression
+    without cronsim installed, a time zone its tzdata lacks) has no next tick
+    to start from: it stays off, the others are switched on, and why is
+    logged and appended to `refused` (for the caller to show), one line each.
     """
     using = validation.database_alias(using)
     d = storage_for(using)

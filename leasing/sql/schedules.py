@@ -15,6 +15,11 @@ transaction serializes them. Only the winner enqueues, and its enqueue also
 carries a unique key per schedule and tick (`leasing.services.schedules`),
 so even a `next_run_at` moved back (a settings change, an operator) cannot
 enqueue a tick twice.
+
+`last_error` says why the scheduler's last try at a tick failed
+(`record_failure`); the swap that enqueues a tick clears it, and so do the
+writes that give the row a new definition or a new start (the old error may
+not apply to it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from .runner import Statement, dump_json
 if TYPE_CHECKING:
     from ..storage.base import Storage
 
+
+# What a new definition or an enqueued tick does to the failure the row records.
+_CLEAR_ERROR = "last_error = NULL, last_error_at = NULL"
 
 COLUMNS = (
     "id, name, work_type, cron, every, timezone, payload, queue_name, missed, enabled, "
@@ -74,6 +82,7 @@ def upsert_from_settings(d: Storage, spec: ScheduleSpec, next_run_at: datetime) 
             from_settings = excluded.from_settings,
             fingerprint = excluded.fingerprint,
             next_run_at = excluded.next_run_at,
+            {_CLEAR_ERROR},
             updated_at = excluded.updated_at
         WHERE schedules.fingerprint <> excluded.fingerprint OR NOT schedules.from_settings
         RETURNING id
@@ -123,7 +132,7 @@ def update(
     keep = "next_run_at" if next_run_at is None else "%s"
     sql = f"""
         UPDATE schedules SET name = %s, {sets}, enabled = %s, next_run_at = {keep},
-            updated_at = {d.now}
+            {_CLEAR_ERROR}, updated_at = {d.now}
         WHERE id = %s AND NOT from_settings
         RETURNING id
     """
@@ -139,13 +148,17 @@ def for_ids(d: Storage, ids: list[int]) -> Statement:
 
 
 def set_enabled(d: Storage, pk: int, enabled: bool, next_run_at: datetime | None) -> Statement:
-    """Switch one schedule on (from its next tick after now) or off; a no-op if it already is."""
+    """Switch one schedule on (from its next tick after now) or off; a no-op if it already is.
+
+    Switched on, it starts afresh: the failure it recorded before is forgotten.
+    """
     keep = "next_run_at" if next_run_at is None else "%s"
     params: list[Any] = [enabled]
     if next_run_at is not None:
         params.append(d.datetime_param(next_run_at))
+    clear = f"{_CLEAR_ERROR}, " if enabled else ""
     sql = f"""
-        UPDATE schedules SET enabled = %s, next_run_at = {keep}, updated_at = {d.now}
+        UPDATE schedules SET enabled = %s, next_run_at = {keep}, {clear}updated_at = {d.now}
         WHERE id = %s AND enabled <> %s
         RETURNING id
     """
@@ -193,7 +206,8 @@ def advance(
     """
     sql = f"""
         UPDATE schedules
-        SET next_run_at = %s, last_tick_at = %s, last_run_at = {d.now}, updated_at = {d.now}
+        SET next_run_at = %s, last_tick_at = %s, last_run_at = {d.now}, {_CLEAR_ERROR},
+            updated_at = {d.now}
         WHERE id = %s AND enabled AND next_run_at = %s
         RETURNING {COLUMNS}
     """
@@ -203,6 +217,23 @@ def advance(
         pk,
         d.datetime_param(expected),
     ]
+
+
+def record_failure(d: Storage, pk: int, expected: datetime, error: str) -> Statement:
+    """Why the tick owed at `expected` could not be enqueued, and since when.
+
+    Outside the tick's (rolled back) transaction, and only while the row still
+    owes that tick: a row since edited with a new start, switched off, or whose
+    tick another scheduler enqueued keeps what that write left. The same error
+    again writes nothing (each pass retries), so `last_error_at` is when the
+    scheduler first hit it. `updated_at` stays: a failure is not an edit.
+    """
+    sql = f"""
+        UPDATE schedules SET last_error = %s, last_error_at = {d.now}
+        WHERE id = %s AND enabled AND next_run_at = %s
+            AND (last_error IS NULL OR last_error <> %s)
+    """
+    return sql, [error, pk, d.datetime_param(expected), error]
 
 
 def record_item(d: Storage, pk: int, work_item_id: str) -> Statement:

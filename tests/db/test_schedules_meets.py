@@ -121,18 +121,21 @@ def test_the_console_says_why_a_schedule_whose_handler_is_gone_is_overdue(leasin
     lost = service.save_schedule(spec("lost", work_type="gone.type"))  # its handler was removed
     beat = service.save_schedule(spec("beat"))
     Schedule.objects.update(next_run_at=Now() - timedelta(seconds=40))
-    assert [f.schedule for f in service.run_due()] == ["beat"]  # the other one goes on
     client = Client()
     client.force_login(make_user("root", superuser=True))
-    html = client.get(reverse("admin:leasing_schedule_changelist")).content.decode()
 
     def row(pk: int) -> str:
+        html = client.get(reverse("admin:leasing_schedule_changelist")).content.decode()
         start = html.index(f'name="_selected_action" value="{pk}"')
         return html[start : html.index("</tr>", start)]
 
-    assert "overdue by" in row(lost)
+    # No scheduler pass has recorded why yet: the list names the commonest cause.
     assert "no handler is registered for its work type &#x27;gone.type&#x27;" in row(lost)
-    assert "overdue" not in row(beat) and "no handler" not in row(beat)
+    assert [f.schedule for f in service.run_due()] == ["beat"]  # the other one goes on
+    assert "overdue by" in row(lost)
+    # Then what the scheduler hit, as it recorded it (`last_error`).
+    assert "No handler is registered for work type &#x27;gone.type&#x27;" in row(lost)
+    assert "overdue" not in row(beat) and "no handler" not in row(beat).lower()
 
 
 def test_schedules_that_keep_failing_do_not_hold_back_the_ones_due_after_them(
