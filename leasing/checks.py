@@ -23,6 +23,7 @@ W004  a heartbeat interval (the default or a work type's) is not below STALE_HEA
 W005  settings.LEASING sets a key this release no longer reads (RETRY_JITTER)
 W006  a handler runs in process execution and PROCESS_STOP_GRACE is not below SHUTDOWN_TIMEOUT
 W010  LEASING["TRACING"] is on but opentelemetry-api is not installed (nothing is traced)
+W011  (leasing.tasks) a LeasingBackend's DATABASE is not the default (runworker --database ALIAS)
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ with backoff, recovery after a crash. `get_result()` reads the item and its
 `error_boundary` checkpoints: status, timestamps, errors with tracebacks,
 `worker_ids` (one per attempt) and the return value.
 
-OPTIONS: `DATABASE` (alias, default "default"), `MAX_RETRIES` (default
+OPTIONS: `DATABASE` (alias, default "default"; another one is served by `runworker
+--database ALIAS`, leasing.W011), `MAX_RETRIES` (default
 `LEASING["MAX_RETRIES"]`; 0 gives Django's run-once semantics),
 `LEASE_DURATION` and `HEARTBEAT` ("thread" or "beat") for the task handler
 (one handler: the first leasing backend's). A bad or unknown option, or a second

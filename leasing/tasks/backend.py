@@ -24,12 +24,13 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 
+from ..conf import WRITE_DATABASE
 from ..exceptions import PayloadNotSerializable, PermanentError
 from ..ids import new_ulid
 from ..services.enqueue import enqueue
 from ..states import CheckpointType, WorkItemStatus
 from ..validation import MAX_JSON_DEPTH
-from .options import handler_conflicts, handler_options, unknown_options
+from .options import handler_conflicts, handler_options, max_retries_option, unknown_options
 from .stored import TASK_WORK_TYPE, load_task, task_input
 
 if TYPE_CHECKING:
@@ -56,6 +57,15 @@ _HELD = (WorkItemStatus.IN_PROGRESS.value, WorkItemStatus.EXPIRED.value)
 NOT_INSTALLED = (
     "TASKS[{alias!r}] uses leasing.tasks.LeasingBackend, but 'leasing' is not in "
     "INSTALLED_APPS: its tables, handlers and workers would not exist."
+)
+
+# A worker and a sweep serve one database, the default unless --database says otherwise;
+# the console and /metrics read the default (or LEASING["READ_DATABASE"], its replica).
+OTHER_DATABASE = (
+    "TASKS[{alias!r}] enqueues to database {using!r}, not the default: its tasks run only "
+    "under `runworker --database {using}`, expired ones are recovered only by "
+    "`recoverysweep --database {using}`, and the console and /metrics, which read the "
+    "default database (or LEASING['READ_DATABASE']), do not show them."
 )
 
 
@@ -91,16 +101,9 @@ class LeasingBackend(BaseTaskBackend):
             )
             using = "default"
         self.using: str = using
-        max_retries = self.options.get("MAX_RETRIES")
-        if max_retries is not None and (
-            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
-        ):
-            self.option_problems.append(
-                f"TASKS[{alias!r}]['OPTIONS']['MAX_RETRIES'] must be a whole number >= 0, "
-                f"got {max_retries!r}."
-            )
-            max_retries = None
-        self.max_retries: int | None = max_retries
+        self.max_retries: int | None
+        self.max_retries, problems = max_retries_option(alias, self.options)
+        self.option_problems += problems
         self.option_problems += handler_options(alias, self.options)[1]
         self.option_problems += handler_conflicts(alias, self.options)
 
@@ -122,6 +125,16 @@ class LeasingBackend(BaseTaskBackend):
             )
             for problem in self.option_problems
         ]
+        if self.using != WRITE_DATABASE:  # a bad DATABASE is E013, and self.using the default
+            messages.append(
+                checks.Warning(
+                    OTHER_DATABASE.format(alias=self.alias, using=self.using),
+                    hint=f"Run runworker and recoverysweep with --database {self.using} "
+                    "(docs/how-to/django-tasks.md), then silence this warning with "
+                    'SILENCED_SYSTEM_CHECKS = ["leasing.W011"].',
+                    id="leasing.W011",
+                )
+            )
         return messages
 
     def _require_usable(self) -> None:

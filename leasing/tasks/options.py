@@ -13,7 +13,8 @@ from typing import Any
 
 from django.conf import settings
 
-from ..exceptions import LeasingConfigurationError
+from .. import validation
+from ..exceptions import InvalidInput, LeasingConfigurationError
 from ..handlers import build_spec, registry
 from .running import run_task
 from .stored import BACKEND_PATH, TASK_WORK_TYPE
@@ -58,6 +59,23 @@ def handler_options(alias: str, options: Any) -> tuple[dict[str, Any], list[str]
         else:
             valid[name] = getattr(spec, name)
     return valid, problems
+
+
+def max_retries_option(alias: str, options: dict[str, Any]) -> tuple[int | None, list[str]]:
+    """MAX_RETRIES as every enqueue takes it (each item's int4 max_retries column), and its
+    problem: a value the engine refuses would fail every enqueue with InvalidInput."""
+    value = options.get("MAX_RETRIES")
+    if value is None:
+        return None, []
+    try:
+        return validation.integer(
+            f"TASKS[{alias!r}]['OPTIONS']['MAX_RETRIES']",
+            value,
+            minimum=0,
+            maximum=validation.PG_INT_MAX,
+        ), []
+    except InvalidInput as exc:
+        return None, [str(exc)]
 
 
 def unknown_options(alias: str, options: dict[str, Any]) -> list[str]:

@@ -34,9 +34,10 @@ def removed(name: str) -> dict[str, str]:
     return dict(load_command_class("leasing", name).removed_flags)
 
 
-def test_the_commands_take_at_most_twenty_flags_each_with_its_reason():
+def test_the_commands_take_at_most_twenty_one_flags_each_with_its_reason():
     flags = [(name, flag, text) for name in COMMANDS for flag, text in own_flags(name)]
-    assert len(flags) <= 20, [f"{name} {flag}" for name, flag, _ in flags]
+    # 21 with runworker --database: a Tasks backend's DATABASE may name another alias.
+    assert len(flags) <= 21, [f"{name} {flag}" for name, flag, _ in flags]
     for name, flag, text in flags:
         assert len(text.split()) >= 6, f"{name} {flag}: {text!r} says too little"
 

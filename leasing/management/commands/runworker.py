@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from leasing import validation
 from leasing.exceptions import InvalidInput, LeasingConfigurationError, ProcessIdInUse
 from leasing.management.base import LeasingCommand, non_empty, positive_int
 from leasing.worker import WorkerOptions, WorkerRuntime
@@ -94,6 +95,14 @@ class Command(LeasingCommand):
             "process (a handler that leaks memory).",
         )
         parser.add_argument(
+            "--database",
+            default="default",
+            metavar="ALIAS",
+            help="The database alias to claim work from, when it is not the default one: "
+            "the alias a Tasks backend's OPTIONS['DATABASE'] names. Run recoverysweep with "
+            "the same --database.",
+        )
+        parser.add_argument(
             "--worker-id",
             type=non_empty,
             metavar="ID",
@@ -108,6 +117,8 @@ class Command(LeasingCommand):
 
     def _run(self, options: dict[str, Any]) -> None:
         try:
+            # Validated as recoverysweep's --database: a typo is one line, before anything runs.
+            using = validation.database_alias(options["database"], "--database")
             worker = WorkerRuntime(
                 WorkerOptions(
                     concurrency=options["concurrency"],
@@ -117,6 +128,7 @@ class Command(LeasingCommand):
                     burst=options["burst"],
                     worker_id=options["worker_id"],
                     execution=options["execution"],
+                    using=using,
                 )
             )
         except (InvalidInput, LeasingConfigurationError) as exc:
