@@ -41,7 +41,6 @@ HOLDS_RESUME_POINT = f"""(EXISTS (
     WHERE c.work_item_id = work_items.work_item_id AND {resume_point("c")}))"""
 
 
-
 def _holds_period_key(d: Storage) -> str:
     """A finished item whose period key is still held (`unique_while=timedelta`): the
     key is held for its period whatever the item's status, by the row itself, so
