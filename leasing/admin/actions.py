@@ -8,10 +8,10 @@ filtered by, or of running items on a lease health filter (every action
 when unfiltered: the confirmation page then says which rows each one would
 change). Choosing
 one shows a confirmation page that asks for a reason and carries each item's
-lease (token and last heartbeat); confirming calls
+status and lease (token and last heartbeat); confirming calls
 `leasing.services.operations.apply_action` once per item, a fenced compare-and-swap
-that also writes the `state_transition` checkpoint. An item whose lease
-changed meanwhile is skipped and reported. The admin itself never writes a
+that also writes the `state_transition` checkpoint. An item whose status or
+lease changed meanwhile is skipped and reported. The admin itself never writes a
 status.
 """
 
@@ -215,8 +215,9 @@ def operator_action(
         # page is shown again with the tokens the items have now.
         modeladmin.message_user(
             request,
-            "The confirmation page was altered or is incomplete (lease tokens missing or "
-            "not numbers); nothing was changed. Review the items and confirm again.",
+            "The confirmation page was altered or is incomplete (a status, lease token or "
+            "heartbeat missing or malformed); nothing was changed. Review the items and "
+            "confirm again.",
             messages.ERROR,
         )
         form = OperatorActionForm(initial={"reason": request.POST.get("reason", "")}, items=items)
@@ -319,6 +320,7 @@ def apply(
     text = ACTION_TEXT[action]
     applied: list[operations.OperatorResult] = []
     leases = form.expected_leases()
+    statuses = form.expected_statuses()
     if action == Action.RETRY:  # dependencies first: their dependents follow them
         leases = {i: leases[i] for i in dependencies_first(leases, using=WRITE_DATABASE)}
     for item_id, (token, heartbeat_at) in leases.items():
@@ -328,6 +330,7 @@ def apply(
                 item_id,
                 expected_token=token,
                 expected_heartbeat_at=heartbeat_at,
+                expected_status=statuses[item_id],
                 actor=actor,
                 reason=reason,
             )

@@ -3,20 +3,22 @@
 The confirmation page states how many items match now and refuses more than
 `BULK_LIMIT` (narrow the selection instead). It carries the selection it
 showed in two hidden fields: `expected`, how many items matched, and
-`fingerprint`, which ones (`Selection.fingerprint`: a digest of their sorted
-ids). Confirming evaluates the selection again (`confirmed`) and compares
-both: unless the same count AND the same items match now, nothing is written
-and the page is shown again with an error and the count and fingerprint of
-now. So items that changed meanwhile are never acted on unseen, not even when
-as many others took their place (three failed items retried, three others
-failed). A count or fingerprint missing or malformed is an altered page:
-nothing is written either. Otherwise it calls
-`leasing.services.operations.apply_action` once per item,
-fenced by the lease token read just before: an item whose lease moves on
-while the action runs, or that is no longer in a status the action applies
-to, is skipped and counted. Every change is audited twice: the item's
-`state_transition` checkpoint (by the service) and an admin log entry naming
-the selection and the reason.
+`fingerprint`, which ones in which status (`Selection.fingerprint`: a digest
+of their sorted ids and statuses). Confirming evaluates the selection again
+(`confirmed`) and compares both: unless the same count AND the same items in
+the same statuses match now, nothing is written and the page is shown again
+with an error and the count and fingerprint of now. So items that changed
+meanwhile are never acted on unseen, not even when as many others took their
+place (three failed items retried, three others failed), nor when a filter
+still matches an item whose status changed (a failed item of an unfiltered
+list retried meanwhile: pending, which a delete also accepts). A count or
+fingerprint missing or malformed is an altered page: nothing is written
+either. Otherwise it calls `leasing.services.operations.apply_action` once
+per item, fenced by the status confirmed and the lease token read just
+before: an item whose status or lease moves on while the action runs, or
+that is not in a status the action applies to, is skipped and counted.
+Every change is audited twice: the item's `state_transition` checkpoint (by
+the service) and an admin log entry naming the selection and the reason.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..exceptions import LeasingError
 from ..models import WorkItem
 from ..services import operations
 from ..services.dependencies import dependencies_first
+from ..states import WorkItemStatus
 from .forms import FINGERPRINT_DIGITS, BulkActionForm
 from .wording import ACTION_TEXT
 
@@ -49,10 +52,12 @@ BULK_FIELD = "_leasing_bulk"
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """The items a bulk action would change now (at most `BULK_LIMIT + 1` ids read)."""
+    """The items a bulk action would change now (at most `BULK_LIMIT + 1` ids read), and
+    the status of each (`statuses[n]` is that of `ids[n]`)."""
 
     description: str
     ids: tuple[str, ...]
+    statuses: tuple[str, ...]
 
     @property
     def over_limit(self) -> bool:
@@ -64,15 +69,24 @@ class Selection:
 
     @property
     def fingerprint(self) -> str:
-        """Which items match, not only how many: the first 16 hex digits of the SHA-256
-        of the ids, sorted, one a line (whatever order the database read them in)."""
-        joined = "\n".join(sorted(self.ids)).encode()
-        return hashlib.sha256(joined).hexdigest()[:FINGERPRINT_DIGITS]
+        """Which items match in which status, not only how many: the first 16 hex digits
+        of the SHA-256 of `id status` lines, sorted (whatever order the database read
+        them in)."""
+        lines = sorted(f"{pk} {status}" for pk, status in zip(self.ids, self.statuses, strict=True))
+        return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:FINGERPRINT_DIGITS]
+
+    def status_of(self) -> dict[str, str]:
+        return dict(zip(self.ids, self.statuses, strict=True))
 
 
 def select(queryset: QuerySet[WorkItem], description: str) -> Selection:
-    ids = queryset.order_by().values_list("pk", flat=True)[: BULK_LIMIT + 1]
-    return Selection(description, tuple(ids))
+    rows = list(queryset.order_by().values_list("pk", "status")[: BULK_LIMIT + 1])
+    return Selection(description, tuple(r[0] for r in rows), tuple(r[1] for r in rows))
+
+
+def failed_selection(description: str, ids: list[str]) -> Selection:
+    """A selection of items read as failed (an error group's members)."""
+    return Selection(description, tuple(ids), (WorkItemStatus.FAILED,) * len(ids))
 
 
 ALTERED = (
@@ -127,8 +141,8 @@ def confirmed(
         message = (
             f"The selection changed after the page was shown: {_items(now)} "
             f"match{'es' if now == 1 else ''} now, as many as then, but not the same "
-            f"one{'s' if now != 1 else ''} ({selection.description}); nothing was changed. "
-            "Check the items and confirm again."
+            f"one{'s' if now != 1 else ''}, or not in the same status ({selection.description}); "
+            "nothing was changed. Check the items and confirm again."
         )
     else:
         return form.cleaned_data["reason"], form
@@ -191,6 +205,8 @@ def apply(
     applied: list[str] = []
     skipped: Counter[str] = Counter()
     dependents: Counter[str] = Counter()  # what the actions did to their dependents
+    # The status of each as the confirmed page showed it (its fingerprint matched).
+    statuses = selection.status_of()
     ids = list(selection.ids)
     if action == operations.Action.RETRY:  # dependencies first: their dependents follow them
         ids = dependencies_first(ids, using=WRITE_DATABASE)
@@ -200,7 +216,12 @@ def apply(
             continue
         try:
             result = operations.apply_action(
-                action, item_id, expected_token=tokens[item_id], actor=actor, reason=reason
+                action,
+                item_id,
+                expected_token=tokens[item_id],
+                expected_status=statuses[item_id],
+                actor=actor,
+                reason=reason,
             )
         except LeasingError as exc:
             skipped[str(exc)] += 1

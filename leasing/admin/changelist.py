@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import EmptyResultSet, ValidationError
 from django.db.models import Field, Max, Min, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import formats, timezone
@@ -46,8 +47,56 @@ def exact_search(
     return queryset.filter(condition)
 
 
-class LeasingChangeList(ChangeList):
-    """Django's change list, hardened against out-of-range dates and cheap on large lists.
+# What a lookup value the database layer cannot turn into SQL raises.
+BAD_VALUE_ERRORS = (OverflowError, ValueError, ValidationError)
+
+
+class CheckedChangeList(ChangeList):
+    """Django's change list, answering every lookup value it cannot query with as an
+    invalid lookup (a redirect to `?e=1`), never a 500.
+
+    Django turns the errors of `filter()` into `IncorrectLookupParameters`, but
+    some values are only checked when the query is compiled, after the list was
+    built: `?run_after__year=0` (no year 0) raised a ValueError while the page
+    counted its rows. So the list's query is compiled here, where Django still
+    answers such an error as a bad lookup (no database round trip).
+    """
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        # Django turns some bad date hierarchy values into IncorrectLookupParameters,
+        # but `created_at__year=99999999999` (OverflowError) or `=9999` (the year
+        # after it is out of range: ValueError) escape as a 500.
+        try:
+            return super().get_filters(request)
+        except BAD_VALUE_ERRORS as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        queryset = self.narrowed(request, super().get_queryset(request, exclude_parameters))
+        try:
+            queryset.query.get_compiler(using=queryset.db).as_sql()
+        except EmptyResultSet:
+            pass  # a list that matches nothing (`pk__in=[]`): valid, and empty
+        except BAD_VALUE_ERRORS as exc:
+            raise IncorrectLookupParameters(exc) from exc
+        return queryset
+
+    def narrowed(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """The list's rows after Django's filters; a subclass narrows them further."""
+        return queryset
+
+
+class CheckedLookups:
+    """The change list of a ModelAdmin whose query string must never be a 500: mix in
+    before `admin.ModelAdmin` (every leasing list has it, through `ReadOnlyAdmin`)."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return CheckedChangeList
+
+
+class LeasingChangeList(CheckedChangeList):
+    """The change list of the leasing tables: bad lookup values refused (see
+    `CheckedChangeList`), cheap on large lists.
 
     On a list whose admin sets `payload_search`, the payload filters
     (`leasing.admin.payload_search`) are no column lookups: they are left out
@@ -62,19 +111,9 @@ class LeasingChangeList(ChangeList):
                 del lookup_params[name]
         return lookup_params
 
-    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
-        queryset = super().get_queryset(request, exclude_parameters)
+    def narrowed(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         filters = getattr(request, "leasing_payload_filters", None)
         return payload_search.apply(queryset, filters) if filters else queryset
-
-    def get_filters(self, request: HttpRequest) -> Any:
-        # Django turns some bad date hierarchy values into IncorrectLookupParameters,
-        # but `created_at__year=99999999999` (OverflowError) or `=9999` (the year
-        # after it is out of range: ValueError) escape as a 500.
-        try:
-            return super().get_filters(request)
-        except (OverflowError, ValueError) as exc:
-            raise IncorrectLookupParameters(exc) from exc
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)

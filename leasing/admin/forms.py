@@ -14,7 +14,7 @@ from django import forms
 from django.utils.dateparse import parse_datetime
 
 from ..console.windows import THROUGHPUT_WINDOWS
-from ..states import PauseKind
+from ..states import PauseKind, WorkItemStatus
 
 if TYPE_CHECKING:
     from .display import ClockedWorkItem
@@ -53,17 +53,21 @@ class BulkActionForm(forms.Form):
 
 
 class OperatorActionForm(forms.Form):
-    """Confirm force-release, force-fail or retry for the selected work items.
+    """Confirm an operator action (force-release, force-fail, retry, cancel, delete, run
+    now) for the selected work items.
 
-    Besides the reason, the form carries two hidden fields per item: the
-    `lease_token` and the `heartbeat_at` the item had when the confirmation
-    page was rendered. The action is applied only if both are still the same:
-    a new claim changes the token, every renewal the heartbeat, and either
-    means the lease is not the one the operator looked at.
+    Besides the reason, the form carries three hidden fields per item: the
+    `status`, `lease_token` and `heartbeat_at` the item had when the
+    confirmation page was rendered. The action is applied only if all are still
+    the same: a new claim changes the token, every renewal the heartbeat, and
+    either means the lease is not the one the operator looked at; a status that
+    changed (a failed item retried by someone else, now pending) means the item
+    is not the one they chose, even where the action accepts its new status.
     """
 
     TOKEN_PREFIX = "token-"
     HEARTBEAT_PREFIX = "heartbeat-"
+    STATUS_PREFIX = "status-"
 
     reason = reason_field()
 
@@ -86,6 +90,15 @@ class OperatorActionForm(forms.Form):
                 initial=_iso(item.heartbeat_at),
                 widget=forms.HiddenInput,
             )
+            self.fields[self.status_field_name(item.pk)] = forms.ChoiceField(
+                choices=WorkItemStatus.choices,
+                initial=item.status,
+                widget=forms.HiddenInput,
+                error_messages={
+                    "required": f"The status of {item.pk} is missing.",
+                    "invalid_choice": f"The status of {item.pk} is not a work item status.",
+                },
+            )
 
     @classmethod
     def token_field_name(cls, pk: str) -> str:
@@ -94,6 +107,10 @@ class OperatorActionForm(forms.Form):
     @classmethod
     def heartbeat_field_name(cls, pk: str) -> str:
         return f"{cls.HEARTBEAT_PREFIX}{pk}"
+
+    @classmethod
+    def status_field_name(cls, pk: str) -> str:
+        return f"{cls.STATUS_PREFIX}{pk}"
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -113,14 +130,14 @@ class OperatorActionForm(forms.Form):
         for item in self.items:
             fields.append(self[self.token_field_name(item.pk)])
             fields.append(self[self.heartbeat_field_name(item.pk)])
+            fields.append(self[self.status_field_name(item.pk)])
         return fields
 
     @property
     def has_token_errors(self) -> bool:
         """True when a hidden field was missing or altered (not the user's typing)."""
-        return any(
-            name.startswith((self.TOKEN_PREFIX, self.HEARTBEAT_PREFIX)) for name in self.errors
-        )
+        hidden = (self.TOKEN_PREFIX, self.HEARTBEAT_PREFIX, self.STATUS_PREFIX)
+        return any(name.startswith(hidden) for name in self.errors)
 
     def expected_leases(self) -> dict[str, tuple[int, datetime | None]]:
         """`{work_item_id: (token, heartbeat_at)}` as confirmed (after `is_valid()`)."""
@@ -132,6 +149,10 @@ class OperatorActionForm(forms.Form):
                 _parse(raw) if raw else None,
             )
         return result
+
+    def expected_statuses(self) -> dict[str, str]:
+        """`{work_item_id: status}` as confirmed (after `is_valid()`)."""
+        return {item.pk: self.cleaned_data[self.status_field_name(item.pk)] for item in self.items}
 
 
 def _parse(raw: str) -> datetime | None:

@@ -46,6 +46,7 @@ from ..ticks import (
     parse_timing,
 )
 from . import display
+from .changelist import CheckedLookups
 from .guards import first_unstorable, not_integer_ids, refusal_message
 
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ class ScheduleForm(_ModelForm):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(_ModelAdmin):
+class ScheduleAdmin(CheckedLookups, _ModelAdmin):
     form = ScheduleForm
     list_display = (
         "name",

@@ -118,6 +118,7 @@ def apply_action(
     actor: str,
     reason: str,
     expected_heartbeat_at: datetime | None = UNCHECKED,
+    expected_status: str | None = None,
     using: str = "default",
 ) -> OperatorResult:
     """Apply one operator action as a fenced compare-and-swap.
@@ -132,8 +133,10 @@ def apply_action(
     `expected_token` is the `lease_token` the operator saw (None: do not check
     it); a new claim changes it. `expected_heartbeat_at` is the `heartbeat_at`
     they saw: every renewal moves it, so a lease renewed since the page was
-    shown is told apart too. A changed status, token or heartbeat skips the
-    item rather than guessing.
+    shown is told apart too. `expected_status` is the status they saw (None:
+    any status the action accepts): a failed item retried meanwhile is pending,
+    which a delete also accepts, but it is not the item they chose to delete. A
+    changed status, token or heartbeat skips the item rather than guessing.
     """
     using = validation.database_alias(using)
     if action not in Action.choices:
@@ -145,6 +148,11 @@ def apply_action(
     reason = validation.non_empty_text("reason", reason, max_length=1000).strip()
     if expected_token is not None:
         expected_token = validation.integer("expected_token", expected_token, minimum=0)
+    if expected_status is not None and expected_status not in WorkItemStatus.values:
+        raise InvalidInput(
+            f"Unknown expected_status {validation._short(expected_status)}; expected one of "
+            f"{', '.join(WorkItemStatus.values)}."
+        )
 
     for attempt in range(UNIQUE_RACE_ATTEMPTS):
         try:
@@ -155,6 +163,7 @@ def apply_action(
                 actor=actor,
                 reason=reason,
                 expected_heartbeat_at=expected_heartbeat_at,
+                expected_status=expected_status,
                 using=using,
             )
         except IntegrityError as exc:
@@ -186,6 +195,7 @@ def _apply(
     actor: str,
     reason: str,
     expected_heartbeat_at: datetime | None,
+    expected_status: str | None,
     using: str,
 ) -> OperatorResult:
     d = storage_for(using)
@@ -196,7 +206,9 @@ def _apply(
         before = run_one(using, sql.lock_item(d, work_item_id, for_delete=action == Action.DELETE))
         if before is None:
             raise WorkItemNotFound(work_item_id)
-        skipped = _skip_reason(before, allowed, expected_token, expected_heartbeat_at)
+        skipped = _skip_reason(
+            before, allowed, expected_token, expected_heartbeat_at, expected_status
+        )
         fails_with_them = before["on_dependency_failure"] == DependencyFailure.FAIL
         if not skipped and ended_deps and fails_with_them:
             dependency, status = ended_deps[0]
@@ -338,10 +350,13 @@ def _skip_reason(
     allowed: tuple[str, ...],
     expected_token: int | None,
     expected_heartbeat_at: datetime | None,
+    expected_status: str | None,
 ) -> str | None:
     """Why the row is no longer the one the operator saw, or None."""
     if before["status"] not in allowed:
         return f"it is {before['status']}, not {' or '.join(allowed)}"
+    if expected_status is not None and before["status"] != expected_status:
+        return f"it is {before['status']} now, not {expected_status} as when the page was shown"
     if expected_token is not None and before["lease_token"] != expected_token:
         return (
             "its lease changed since the page was shown "

@@ -409,9 +409,11 @@ def test_select_all_whose_selection_changed_meanwhile_writes_nothing_and_says_so
     assert all(row(pk)["status"] == "pending" for pk in stale)
 
 
-def _fingerprint(ids: list[str]) -> str:
-    """The fingerprint a confirmation page must carry for these items (of any order)."""
-    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:16]
+def _fingerprint(ids: list[str], status: str) -> str:
+    """The fingerprint a confirmation page must carry for these items (of any order), all
+    in `status`."""
+    lines = sorted(f"{pk} {status}" for pk in ids)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def test_select_all_confirmation_carries_the_fingerprint_of_its_items_and_applies(
@@ -425,7 +427,7 @@ def test_select_all_confirmation_carries_the_fingerprint_of_its_items_and_applie
         _bulk_page(operator_client, url, stale[0]).content.decode(), "leasing-bulk-form"
     )
     assert fields["expected"] == ["3"]
-    assert fields["fingerprint"] == [_fingerprint(stale)]
+    assert fields["fingerprint"] == [_fingerprint(stale, "in_progress")]
     fields["reason"] = ["the NFS mount is back"]
     done = operator_client.post(url, fields, follow=True)
     assert messages_of(done) == [
@@ -465,15 +467,15 @@ def test_select_all_whose_items_changed_to_as_many_others_writes_nothing_and_say
     assert message.level_tag == "error"
     assert message.message == (
         "The selection changed after the page was shown: 3 work items match now, as many as "
-        "then, but not the same ones (work items with lease_health=stale); nothing was "
-        "changed. Check the items and confirm again."
+        "then, but not the same ones, or not in the same status (work items with "
+        "lease_health=stale); nothing was changed. Check the items and confirm again."
     )
     assert {pk: row(pk) for pk in everything} == before  # each item as it was
     _nothing_written(everything)
 
     again = form_fields(response.content.decode(), "leasing-bulk-form")
     assert again["expected"] == ["3"] and again["reason"] == ["the NFS mount is back"]
-    assert again["fingerprint"] == [_fingerprint(now)] != fields["fingerprint"]
+    assert again["fingerprint"] == [_fingerprint(now, "in_progress")] != fields["fingerprint"]
     done = operator_client.post(url, again, follow=True)
     assert "3 work items force-released (work items with lease_health=stale)." in messages_of(done)
     assert all(row(pk)["status"] == "pending" for pk in now)
@@ -519,7 +521,8 @@ def test_select_all_with_an_altered_fingerprint_writes_nothing_and_says_so(
     _nothing_written(stale)
 
     again = form_fields(response.content.decode(), "leasing-bulk-form")
-    assert again["expected"] == ["3"] and again["fingerprint"] == [_fingerprint(stale)]
+    assert again["expected"] == ["3"]
+    assert again["fingerprint"] == [_fingerprint(stale, "in_progress")]
     done = operator_client.post(url, again, follow=True)
     assert "3 work items force-released (work items with lease_health=stale)." in messages_of(done)
     assert all(row(pk)["status"] == "pending" for pk in stale)
@@ -569,7 +572,7 @@ def test_retrying_an_error_group_whose_items_changed_to_as_many_others_writes_no
     errors = operator_client.get(reverse("admin:leasing_workitem_errors")).content.decode()
     retry_url = re.search(r'href="([^"]*errors/retry/\?[^"]*)"', errors)[1].replace("&amp;", "&")
     fields = form_fields(operator_client.get(retry_url).content.decode(), "leasing-bulk-form")
-    assert fields["expected"] == ["3"] and fields["fingerprint"] == [_fingerprint(shown)]
+    assert fields["expected"] == ["3"] and fields["fingerprint"] == [_fingerprint(shown, "failed")]
     fields["reason"] = ["the lookup service is back"]
     # Another operator retries the 3 items one by one; 3 others fail the same way.
     page = start_action(operator_client, "retry_failed_selected", *shown)
@@ -593,7 +596,7 @@ def test_retrying_an_error_group_whose_items_changed_to_as_many_others_writes_no
     assert Checkpoint.objects.filter(checkpoint_type="state_transition").count() == transitions
 
     again = form_fields(response.content.decode(), "leasing-bulk-form")
-    assert again["expected"] == ["3"] and again["fingerprint"] == [_fingerprint(others)]
+    assert again["expected"] == ["3"] and again["fingerprint"] == [_fingerprint(others, "failed")]
     assert again["reason"] == ["the lookup service is back"]
     operator_client.post(retry_url, again)
     assert all(row(pk)["status"] == "pending" for pk in others)

@@ -114,9 +114,9 @@ def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Htt
             messages.WARNING,
         )
         return HttpResponseRedirect(errors_url)
-    selection = bulk.Selection(
+    selection = bulk.failed_selection(
         f"failed in the last {window} with {group_label(group, visible=False)}",
-        tuple(group_members(start, key, bulk.BULK_LIMIT + 1, using=using)),
+        group_members(start, key, bulk.BULK_LIMIT + 1, using=using),
     )
     if confirming:
         reason, confirm = bulk.confirmed(model_admin, request, selection)
