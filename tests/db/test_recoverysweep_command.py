@@ -108,3 +108,12 @@ def test_bad_options_raise_a_command_error_and_change_nothing(db, args):
 
 
 # --- the loop ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [[], ["--schedule"]])
+def test_a_bad_database_names_the_flag_and_the_aliases(db, extra):
+    with pytest.raises(CommandError) as info:
+        run("--database", "nope", *([] if extra else ["--once"]), *extra)
+    assert str(info.value) == (
+        "--database must name a database alias of settings.DATABASES ('default'), got 'nope'."
+    )

@@ -23,6 +23,7 @@ from django.apps import apps
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
+from leasing import validation
 from leasing.exceptions import DatabaseUnavailable, InvalidInput, ProcessIdInUse, one_line
 from leasing.management.base import LeasingCommand
 from leasing.sql.runner import until_reachable
@@ -120,6 +121,10 @@ class Command(LeasingCommand):
         # Bad options are reported (in one line) before anything else is said.
         if options["schedule"] and options["once"]:
             raise CommandError("--schedule and --once cannot be combined.")
+        try:  # as runworker's --database: the error names the flag
+            options["database"] = validation.database_alias(options["database"], "--database")
+        except InvalidInput as exc:
+            raise CommandError(str(exc)) from exc
         if options["schedule"]:
             require_django_q(options["database"])
             self.run_leasing_checks()
