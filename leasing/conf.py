@@ -264,7 +264,9 @@ def _check_value(name: str, value: Any) -> Any:
             raise LeasingConfigurationError(f"{exc} None: adaptive.") from None
     if name in ("extender_enabled", "allow_unregistered_types", "listen"):
         if not isinstance(value, bool):
-            raise LeasingConfigurationError(f"{key} must be True or False, got {value!r}.")
+            raise LeasingConfigurationError(
+                f"{key} must be True or False, got {validation._short(value)}."
+            )
         return value
     if name == "handlers":
         if not isinstance(value, dict):
@@ -280,7 +282,9 @@ def _check_value(name: str, value: Any) -> Any:
         return value
     if name == "tracing":
         if value not in (True, False, "link") or type(value) not in (bool, str):
-            raise LeasingConfigurationError(f"{key} must be True, False or 'link', got {value!r}.")
+            raise LeasingConfigurationError(
+                f"{key} must be True, False or 'link', got {validation._short(value)}."
+            )
         return value
     if name == "trace_url":
         return None if value is None else _trace_url(key, value)
@@ -308,21 +312,22 @@ def _trace_url(key: str, value: Any) -> str:
     """A link template with a `{trace_id}` placeholder and no other."""
     if not isinstance(value, str) or "{trace_id}" not in value:
         raise LeasingConfigurationError(
-            f"{key} must be a URL with a {{trace_id}} placeholder or None, got {value!r}."
+            f"{key} must be a URL with a {{trace_id}} placeholder or None, "
+            f"got {validation._short(value)}."
         )
     try:
         value.format(trace_id="0" * 32)
     except (KeyError, IndexError, ValueError):
         raise LeasingConfigurationError(
             f"{key} may hold no placeholder but {{trace_id}} (write a literal brace twice), "
-            f"got {value!r}."
+            f"got {validation._short(value)}."
         ) from None
     # The console renders it as a link: a `javascript:` (or any other) scheme would run
     # in the operator's session.
     if not value.lower().startswith(("https://", "http://", "/")):
         raise LeasingConfigurationError(
             f"{key} must start with https://, http:// or / (a link the console shows), "
-            f"got {value!r}."
+            f"got {validation._short(value)}."
         )
     return _text(key, value)
 

@@ -131,17 +131,19 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
     mode = options.get("heartbeat", "thread")
     if mode not in HEARTBEAT_MODES:
         raise LeasingConfigurationError(
-            f"{work_type}: heartbeat must be 'thread' or 'beat', got {mode!r}."
+            f"{work_type}: heartbeat must be 'thread' or 'beat', got {validation._short(mode)}."
         )
     policy = options.get("on_lease_expired", "retry")
     if policy not in EXPIRY_POLICIES:
         raise LeasingConfigurationError(
-            f"{work_type}: on_lease_expired must be 'retry' or 'fail', got {policy!r}."
+            f"{work_type}: on_lease_expired must be 'retry' or 'fail', "
+            f"got {validation._short(policy)}."
         )
     execution = options.get("execution")
     if execution is not None and execution not in EXECUTION_MODES:
         raise LeasingConfigurationError(
-            f"{work_type}: execution must be 'thread', 'process' or None, got {execution!r}."
+            f"{work_type}: execution must be 'thread', 'process' or None, "
+            f"got {validation._short(execution)}."
         )
     return HandlerSpec(
         work_type=work_type,

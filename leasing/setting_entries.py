@@ -107,11 +107,11 @@ def read_limits(setting: str, value: Any) -> tuple[dict[str, int], list[SettingP
     problems = []
     for name, limit in value.items():
         if not isinstance(name, str) or not name.strip():
-            message = f"{key} keys must be non-empty strings, got {name!r}."
+            message = f"{key} keys must be non-empty strings, got {validation._short(name)}."
         elif isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            message = f"{key}[{name!r}] must be a positive integer, got {limit!r}."
+            message = f"{key}[{name!r}] must be a positive integer, got {validation._short(limit)}."
         elif limit > maximum:
-            message = f"{key}[{name!r}] must be at most {maximum}, got {limit!r}."
+            message = f"{key}[{name!r}] must be at most {maximum}, got {validation._short(limit)}."
         else:
             try:
                 limits[validation.non_empty_text(f"{key} key {name!r}", name)] = limit
@@ -160,7 +160,9 @@ def read_rate_limits(value: Any) -> tuple[dict[str, RateLimit | None], list[Sett
 def read_fair_queues(value: Any) -> tuple[tuple[str, ...], list[SettingProblem]]:
     """`LEASING["FAIR_QUEUES"]`: the queues whose claims take turns across fairness keys."""
     if isinstance(value, str) or not isinstance(value, list | tuple):
-        message = f"LEASING['FAIR_QUEUES'] must be a list of queue names, got {value!r}."
+        message = (
+            f"LEASING['FAIR_QUEUES'] must be a list of queue names, got {validation._short(value)}."
+        )
         return (), [SettingProblem("FAIR_QUEUES", message, entry=True)]
     queues: list[str] = []
     problems = []

@@ -89,11 +89,12 @@ MAX_SWEEP_BATCH_SIZE = 5000
 
 def integer(name: str, value: Any, *, minimum: int | None = None, maximum: int = MAX_BIGINT) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{name} must be an integer, got {value!r}.")
+        raise InvalidInput(f"{name} must be an integer, got {_short(value)}.")
+    # _short: an int of more than 4300 digits cannot even be shown (a ValueError).
     if minimum is not None and value < minimum:
-        raise InvalidInput(f"{name} must be at least {minimum}, got {value}.")
+        raise InvalidInput(f"{name} must be at least {minimum}, got {_short(value)}.")
     if value > maximum:
-        raise InvalidInput(f"{name} must be at most {maximum}, got {value}.")
+        raise InvalidInput(f"{name} must be at most {maximum}, got {_short(value)}.")
     return value
 
 

@@ -143,7 +143,11 @@ def test_autocommit_off_on_the_database_leasing_writes_through_is_e014(settings,
         ("FAIRNESS_WEIGHTS", 2**55, "at most 1000000"),
         ("QUEUE_LIMITS", 2**63, "at most 2147483647"),
         ("WORK_TYPE_LIMITS", 10**20, "at most 2147483647"),
+        # More digits than Python will print (4,300): still E001, not a ValueError.
+        ("QUEUE_LIMITS", 10**5000, "at most 2147483647, got an int too large to show"),
+        ("FAIRNESS_WEIGHTS", -(10**5000), "a positive integer, got an int too large to show"),
     ],
+    ids=lambda v: v if isinstance(v, str) else f"{v.bit_length()} bits",
 )
 def test_a_limit_or_weight_beyond_what_the_claim_holds_is_e001(settings, setting, value, words):
     settings.LEASING = {**settings.LEASING, setting: {"t1": value, "ok": 3}}
