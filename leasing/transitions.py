@@ -396,6 +396,16 @@ GUARDS: tuple[Guard, ...] = (
             "run_now": "pending only: no run to stop",
         },
     ),
+    Guard(
+        "resume_point",
+        (GONE,),
+        {
+            "purge": "never an item holding its task's resume point (its newest iteration_end) "
+            "while another item of the task is pending or in progress: that one resumes from it",
+            "delete": "the operator's choice: the item's checkpoints go with it, its task's "
+            "resume point included (another item of the task then starts over)",
+        },
+    ),
 )
 
 

@@ -231,6 +231,41 @@ class ModelMachine(RuleBasedStateMachine):
         )
         assert (new.work_item_id, new.duplicate) == expected
 
+    @precondition(lambda self: self.ref.items)
+    @rule(data=st.data())
+    def enqueue_under_task(self, data: st.DataObject) -> None:
+        """A new item of an existing item's task (a failed run enqueued again): it resumes
+        from the task's newest iteration_end, so a purge must leave that one."""
+        # Mostly an item that wrote a resume point: the case a purge must get right.
+        resumable = [i.id for i in self.ref.items.values() if i.resume_seq is not None]
+        ids = resumable if resumable and data.draw(st.integers(0, 3)) else list(self.ref.items)
+        item = self.ref.items[data.draw(st.sampled_from(ids), label="task of")]
+        [row] = db.fetch("SELECT task_id FROM work_items WHERE work_item_id = %s", [item.id])
+        new = leasing.enqueue(
+            row["task_id"], item.work_type, queue_name=item.queue, max_retries=item.max_retries
+        )
+        expected = self.ref.enqueue(
+            new.work_item_id,
+            queue=item.queue,
+            work_type=item.work_type,
+            max_retries=item.max_retries,
+            key=None,
+            deps=[],
+            on_dependency_failure=None,
+        )
+        assert (new.work_item_id, new.duplicate) == expected
+        item.task = self.ref.items[new.work_item_id].task = row["task_id"]
+
+    @precondition(lambda self: self.ref.with_status(IN_PROGRESS))
+    @rule(data=st.data())
+    def write_resume_point(self, data: st.DataObject) -> None:
+        """A running handler's checkpoint to resume from (`iteration_end`)."""
+        item = self.draw_item(data, IN_PROGRESS)
+        [row] = db.fetch("SELECT task_id FROM work_items WHERE work_item_id = %s", [item.id])
+        leasing.create_checkpoint(row["task_id"], "iteration_end", {"i": 1}, work_item=item.id)
+        item.task = item.task or row["task_id"]
+        self.ref.write_resume_point(item.id)
+
     @rule(
         data=st.data(),
         specs=st.lists(

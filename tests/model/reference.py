@@ -75,6 +75,11 @@ class Item:
     fairness_key: str | None = None
     # A "period" key's period has ended (`end_periods`): it holds the key no more.
     period_over: bool = False
+    # Its task, when another item shares it (None: a task of its own), and the place of
+    # the newest `iteration_end` it wrote among all (None: none): a task's resume point
+    # is its newest one.
+    task: str | None = None
+    resume_seq: int | None = None
 
     def holds_key(self) -> bool:
         """ "pending" while pending, "unfinished" while pending or running, "period" until
@@ -104,6 +109,7 @@ class Reference:
     rate_burst: int | None = None
     admitted: Counter[str] = field(default_factory=Counter)
     fair_queues: tuple[str, ...] = ()
+    resume_points: int = 0  # iteration_end checkpoints written so far
 
     # --- reads -------------------------------------------------------------------------
 
@@ -352,9 +358,25 @@ class Reference:
             if i.status in statuses
             and not (i.status in ENDED and self._awaited(i))
             and not (i.key is not None and i.key[1] == PERIOD and i.holds_key())
+            and not self.holds_resume_point(i)
         ]
         self._remove(gone)
         return gone
+
+    def write_resume_point(self, item_id: str) -> None:
+        self.resume_points += 1
+        self.items[item_id].resume_seq = self.resume_points
+
+    def holds_resume_point(self, item: Item) -> bool:
+        """It holds its task's resume point (the newest iteration_end), which another item
+        of the task, unfinished, would resume from."""
+        if item.task is None or item.resume_seq is None:
+            return False
+        same = [o for o in self.items.values() if o.task == item.task]
+        newest = max(o.resume_seq for o in same if o.resume_seq is not None)
+        return item.resume_seq == newest and any(
+            o.id != item.id and o.status in (PENDING, IN_PROGRESS) for o in same
+        )
 
     def _awaited(self, item: Item) -> bool:
         """An unfinished dependent waits for it."""
