@@ -104,6 +104,7 @@ _.last_scan
 _.next_run  # the Schedules admin's list and change page, named as strings
 _.last_tick
 _.last_run
+_.last_failure
 _._mutable  # QueryDict: made read-only again after the list drops a bad filter value
 _.task_link
 _.status_badge
