@@ -42,6 +42,7 @@ _EXPORTS = {
     "LeaseExtenderConfig": "leasing.heartbeat",
     "start_heartbeat": "leasing.heartbeat",
     "PermanentError": "leasing.exceptions",
+    "Cancelled": "leasing.exceptions",
     "LeasingError": "leasing.exceptions",
     "signals": "leasing.signals",
     "InvalidInput": "leasing.exceptions",

@@ -186,3 +186,22 @@ def test_the_admin_cancels_with_a_reason_and_the_list_filters_cancelled(operator
     # The reason is in the item's attempts; its error field follows the payload permission.
     assert "cancel by operator: duplicate order" in detail
     assert "Cancelled by operator: duplicate order" not in detail
+
+
+def test_the_documented_way_to_stop_between_steps_ends_the_item_cancelled():
+    """docs/how-to/cancel.md: `raise leasing.Cancelled(...)` once `ctx.cancelled` says so."""
+    import leasing
+    from leasing.testing import override_handler, run_item
+
+    def build(ctx):
+        # Asked to stop while it runs (`ctx.cancelled` turns true at its next beat).
+        cancel(ctx.lease.work_item_id, actor="alice", reason="changed my mind")
+        raise leasing.Cancelled("stopped between chunks")
+
+    item = enqueue("report-1", "report.build")
+    with override_handler("report.build", build):
+        run_item(item, raise_errors=False)
+    ended = row(item.pk)
+    assert ended["status"] == "cancelled"
+    assert "stopped between chunks" in ended["error_message"]  # not an AttributeError
+    assert "AttributeError" not in ended["error_message"]
