@@ -296,8 +296,18 @@ class WorkerAdmin(ReadOnlyAdmin):
                     messages.WARNING,
                 )
                 continue
-            done.append(worker)
             self.log_change(request, worker, f"{text['verb']} requested: {reason}")
+            if worker.status == WorkerStatus.LOST:
+                # Kept for a process that comes back (a partition), but nothing reads it now.
+                self.message_user(
+                    request,
+                    f"{worker.worker_id} is lost (the sweep stopped hearing from it): it was "
+                    f"{text['done']} all the same, and sees it only if it comes back. Its "
+                    "leases are the sweep's to recover.",
+                    messages.WARNING,
+                )
+                continue
+            done.append(worker)
         if done:
             count = len(done)
             self.message_user(

@@ -99,8 +99,9 @@ def request(worker_id: Any, action: Any, *, by: Any, reason: Any, using: str = "
     """Ask a live worker process to go quiet (stop claiming, finish its running items) or to
     stop (quiet, then exit as on SIGTERM). It sees the request at its next beat.
 
-    Returns False when no live worker has that id, or it was already asked to
-    stop (a stop is not turned back into quiet). `by` and `reason` are kept on
+    Returns False when no running, stopping or lost worker has that id, or it
+    was already asked to stop (a stop is not turned back into quiet). A lost
+    one is asked too: a process cut off by a partition sees it when it comes back. `by` and `reason` are kept on
     the worker's row and logged.
     """
     using = validation.database_alias(using)

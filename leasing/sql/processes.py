@@ -140,7 +140,8 @@ def beat(d: Storage, worker_id: str, completed: int, failed: int, runs: RunRepor
 
 
 def request(d: Storage, worker_id: str, action: str, by: str, reason: str) -> Statement:
-    """Ask a live worker process to go quiet or stop; a stop is never turned back into quiet."""
+    """Ask a worker process to go quiet or stop (a lost one too: it may come back from a
+    partition); a stop is never turned back into quiet."""
     sql = f"""
         UPDATE workers
         SET requested_action = %s, requested_by = %s, request_reason = %s,

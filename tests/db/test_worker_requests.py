@@ -163,3 +163,14 @@ def test_bad_input_to_the_actions_gets_a_message_not_a_server_error(operator_cli
     done = _confirm(operator_client, page, reason="bad \x00 byte")
     assert done.status_code == 200
     assert Worker.objects.get().requested_action is None
+
+
+def test_stop_of_a_lost_worker_says_it_is_lost_not_that_it_will_see_it(operator_client):
+    _worker()
+    Worker.objects.filter(pk="w-1").update(status="lost")  # killed; the sweep marked it lost
+    page = _start(operator_client, "stop_selected", "w-1")
+    done = _confirm(operator_client, page, reason="it was killed")
+    said = messages_of(done)
+    assert not any("sees it at its next beat" in m for m in said), said
+    assert any("w-1 is lost" in m and "only if it comes back" in m for m in said), said
+    assert Worker.objects.get().requested_action == "stop"  # kept for a process that returns
