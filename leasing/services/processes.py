@@ -101,8 +101,8 @@ def request(worker_id: Any, action: Any, *, by: Any, reason: Any, using: str = "
 
     Returns False when no running, stopping or lost worker has that id, or it
     was already asked to stop (a stop is not turned back into quiet). A lost
-    one is asked too: a process cut off by a partition sees it when it comes back. `by` and `reason` are kept on
-    the worker's row and logged.
+    one is asked too: a process cut off by a partition sees it when it comes
+    back. `by` and `reason` are kept on the worker's row and logged.
     """
     using = validation.database_alias(using)
     worker_id = validation.non_empty_text("worker_id", worker_id)
