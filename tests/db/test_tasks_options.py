@@ -33,11 +33,13 @@ def tasks_setting(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ca
     """Set TASKS (one leasing backend per keyword, in order) and start the app again."""
 
     def apply(**backends: Any) -> None:
+        # A handler of its own first: Django resets `django.tasks.task_backends` when TASKS
+        # changes, and would give the project's handler this test's TASKS for good.
+        monkeypatch.setattr(django.tasks, "task_backends", TaskBackendHandler())
         settings.TASKS = {
             alias: {"BACKEND": BACKEND_PATH, "QUEUES": [], "OPTIONS": options}
             for alias, options in backends.items()
         }
-        monkeypatch.setattr(django.tasks, "task_backends", TaskBackendHandler())
         apps.get_app_config("leasing").ready()
 
     yield apply
