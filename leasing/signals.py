@@ -12,7 +12,9 @@ thread that made it), with `sender` the class that made it and the keyword
 arguments `work_item_id`, `token` and `worker_id` (the lease's holder), plus
 `lease` (the `Lease`) where the sender has it. Nothing is built or sent when
 nobody listens, so an unused signal costs one attribute check. A receiver's
-exception is logged and never reaches the worker.
+exception is logged and never reaches the worker, whatever it is (also a
+`KeyboardInterrupt` or `SystemExit` it raises): the other receivers still run,
+and the worker goes on renewing, claiming and completing.
 
 =====================  ==========================================  ======================
 signal                 when                                         extra arguments
@@ -30,10 +32,12 @@ lease_force_released   an operator force-released it                actor, reaso
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.dispatch import Signal
 
@@ -66,11 +70,7 @@ def send_after_commit(
 
     def send() -> None:
         for event in batch:
-            for receiver, result in signal.send_robust(sender=sender, **event):
-                if isinstance(result, Exception):
-                    logger.error(
-                        "a receiver of a lease signal failed: %r", receiver, exc_info=result
-                    )
+            send_robust(signal, sender, event)
 
     transaction.on_commit(send, using=using)
 
@@ -79,9 +79,41 @@ def send_now(signal: Signal, sender: type, event: dict[str, Any]) -> None:
     """Send one event at once (for what no transaction decides, such as a handler's beat)."""
     if not signal.receivers:
         return
-    for receiver, result in signal.send_robust(sender=sender, **event):
-        if isinstance(result, Exception):
-            logger.error("a receiver of a lease signal failed: %r", receiver, exc_info=result)
+    send_robust(signal, sender, event)
+
+
+def send_robust(signal: Signal, sender: type, event: dict[str, Any]) -> None:
+    """`Signal.send_robust`, but no receiver's exception escapes, not even a BaseException.
+
+    Django's catches `Exception` only: a receiver raising `KeyboardInterrupt` or
+    `SystemExit` ended the thread that sent (the lease renewer for good, or the
+    worker's main loop with its claimed items left in progress). The receivers
+    are Django's live ones (weak references resolved, the sender's filter
+    applied), called as `send_robust` calls them: synchronous ones in turn,
+    then asynchronous ones together.
+    """
+    sync_receivers, async_receivers = signal._live_receivers(sender)
+    for receiver in sync_receivers:
+        try:
+            receiver(signal=signal, sender=sender, **event)
+        except BaseException as exc:
+            _log_failure(receiver, exc)
+    if async_receivers:
+
+        async def call(receiver: Callable[..., Any]) -> None:
+            try:
+                await receiver(signal=signal, sender=sender, **event)
+            except BaseException as exc:
+                _log_failure(receiver, exc)
+
+        async def call_all() -> None:
+            await asyncio.gather(*(call(receiver) for receiver in async_receivers))
+
+        async_to_sync(call_all)()
+
+
+def _log_failure(receiver: Callable[..., Any], exc: BaseException) -> None:
+    logger.error("a receiver of a lease signal failed: %r", receiver, exc_info=exc)
 
 
 def listened(signal: Signal) -> bool:

@@ -19,6 +19,12 @@ logger = logging.getLogger("leasing")
 class IntervalThread:
     """Calls `tick()` every `interval` seconds until `stop()`, or until `tick()` returns True.
 
+    A tick that raises, whatever it raises, is logged and the next tick comes at
+    its time: the thread ends only by `stop()` or a True. An exception left to
+    end it would end it silently (a `SystemExit` in a thread prints nothing),
+    and a renewer that is gone lets every lease of its process run out while the
+    process goes on claiming. A tick that keeps failing is logged at every interval.
+
     Django gives each thread its own connection; the thread closes its own when it ends.
     """
 
@@ -50,8 +56,11 @@ class IntervalThread:
     def _run(self) -> None:
         try:
             while not self._stop.wait(self.interval):
-                if self.tick():
-                    return
+                try:
+                    if self.tick():
+                        return
+                except BaseException:
+                    logger.exception("%s: a round failed; the next one comes as usual", self._name)
         finally:
             close_connection(self.using)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..states import WorkItemStatus
-from .limits import AVAILABLE_AT, CLAIM_ORDER
+from .limits import AVAILABLE_AT, CLAIM_ORDER, QUEUE, WORK_TYPE, Limits, room_cte
 from .pauses import not_paused
 from .runner import Statement
 from .terms import ClaimFilters
@@ -45,17 +45,20 @@ if TYPE_CHECKING:
 MAX_BRANCHES = 64
 
 
-def where(d: Storage, filters: ClaimFilters, *, skip: tuple[str, ...] = ()) -> Statement:
+def where(
+    d: Storage, filters: ClaimFilters, *, skip: tuple[str, ...] = (), ahead_s: float = 0.0
+) -> Statement:
     """Which rows a claim may take: pending, available, allowed by its filters, not paused.
 
     `skip`: filters the caller applies itself (a branch's `work_type`).
+    `ahead_s`: also the rows that become available within so many seconds.
     """
     clauses: list[str] = []
     params: list[Any] = []
     available = f"{AVAILABLE_AT} <= {d.now}"
-    if filters.settled_s > 0:
+    if filters.settled_s > 0 or ahead_s:
         available = f"{AVAILABLE_AT} <= {d.clock()}"
-        params.append(d.offset(-filters.settled_s))
+        params.append(d.offset(ahead_s - filters.settled_s))
     for column, values in (
         ("work_type", filters.work_types),
         ("queue_name", filters.queues),
@@ -96,3 +99,27 @@ def plain_candidates(
         LIMIT %s
     """
     return sql, [*params, n]
+
+
+def due(d: Storage, filters: ClaimFilters, within_s: float, limits: Limits) -> Statement:
+    """One row if a row these filters claim is available within `within_s` seconds and
+    held back by neither a pause nor a concurrency limit that is full now; else none.
+
+    What a draining worker (`runworker --burst`) with nothing in flight waits
+    for: a full limit's in-flight items are then other processes', so what it
+    holds back is not this worker's to wait for. The full keys are read as a
+    limited claim's fallback walk reads them (`limits.limited_candidates`).
+    """
+    condition, params = where(d, filters, ahead_s=within_s)
+    if not limits:
+        return f"SELECT 1 AS due FROM work_items WHERE {condition} LIMIT 1", params
+    room, room_params = room_cte(limits, after_done=False)
+    sql = f"""
+        WITH {room}
+        SELECT 1 AS due FROM work_items WHERE {condition} AND NOT EXISTS (
+            SELECT 1 FROM room WHERE room.room = 0 AND (
+                (room.kind = '{QUEUE}' AND room.name = work_items.queue_name)
+                OR (room.kind = '{WORK_TYPE}' AND room.name = work_items.work_type)))
+        LIMIT 1
+    """
+    return sql, [*room_params, *params]

@@ -84,8 +84,10 @@ class Command(LeasingCommand):
             "--burst",
             action="store_true",
             help="Exit when nothing is claimable and all is done: a batch job, or cron. Work "
-            "due within a poll (a retry's short backoff) is waited for; work behind a rate "
-            "limit that opens later is left for the next run.",
+            "due within a poll (a retry's short backoff) is waited for, and so is work a "
+            "concurrency limit holds back behind this worker's own runs; work a pause holds "
+            "back, behind a concurrency limit other processes fill, or behind a rate limit "
+            "that opens later is left for the next run.",
         )
         parser.add_argument(
             "--max-items",
