@@ -14,13 +14,13 @@ from .work_items import DB_SET_NULL, WorkItem
 
 def _past_expiry() -> Q:
     """Expired as the engine judges it (`leasing.sql.idempotency`): past `expires_at`,
-    unless the key's work item is unfinished (pending or in progress), whose retry
-    still needs the key."""
-    unfinished = WorkItem.objects.filter(
-        pk=OuterRef("work_item_id"),
-        status__in=[WorkItemStatus.PENDING, WorkItemStatus.IN_PROGRESS],
+    unless the key's work item may run again (anything but completed: pending or in
+    progress, or failed or cancelled, which an operator may retry), whose run still
+    needs the key."""
+    may_run_again = WorkItem.objects.filter(pk=OuterRef("work_item_id")).exclude(
+        status=WorkItemStatus.COMPLETED
     )
-    return Q(Q(expires_at__isnull=False, expires_at__lte=Now()), ~Exists(unfinished))
+    return Q(Q(expires_at__isnull=False, expires_at__lte=Now()), ~Exists(may_run_again))
 
 
 class IdempotencyKeyQuerySet(models.QuerySet["IdempotencyKey"]):
@@ -29,7 +29,7 @@ class IdempotencyKeyQuerySet(models.QuerySet["IdempotencyKey"]):
         return self.filter(_past_expiry())
 
     def live(self) -> Self:
-        """Keys still remembered: not yet past `expires_at`, or their item is unfinished."""
+        """Keys still remembered: not yet past `expires_at`, or their item may run again."""
         return self.exclude(_past_expiry())
 
 

@@ -23,8 +23,9 @@ starts `fn`, and if it lost the lease while `fn` ran, its outcome is not
 recorded (`LeaseLostError`; with `atomic=True` the effect is rolled back too):
 the next attempt takes the key over and runs `fn`, as after a crash.
 
-A key naming a work item does not expire while that item is unfinished
-(pending or in progress), so a retry always finds the keys of earlier attempts.
+A key naming a work item does not expire while that item may run again
+(pending or in progress, or failed or cancelled, which an operator may retry),
+so a retry always finds the keys of earlier attempts.
 
 A pending key's owner is alive when:
 
@@ -184,7 +185,7 @@ def run_once(
     transaction that records its response, and a lost lease rolls it back too.
     With `lease`, the key names the leased item and its task (`work_item` and
     `task_id` may be omitted; others are refused). A key naming a work item
-    does not expire while that item is unfinished.
+    does not expire while that item may run again (anything but completed).
     """
     using = validation.database_alias(using)
     key = validate_key(key)

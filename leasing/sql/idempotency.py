@@ -13,9 +13,11 @@ while the item's lease was acquired no later than the key's claim (within the
 clock's resolution, a millisecond on SQLite, a claim of the item in the
 key's own instant counts as that run).
 
-A key that names a work item not yet finished (pending or in progress: running,
-or waiting for a retry) does not expire: its `expires_at` counts only once the
-item has finished, so a retry never finds its own attempt's key forgotten.
+A key that names a work item that may still run (pending or in progress:
+running, or waiting for a retry; failed or cancelled: an operator may retry
+it, days later) does not expire: its `expires_at` counts only once the item
+has completed (or was purged), so a retry never finds an earlier attempt's key
+forgotten and never repeats its effect.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..states import IdempotencyStatus
 from .runner import Statement
-from .work_items import IN_PROGRESS, fence
+from .work_items import CANCELLED, FAILED, IN_PROGRESS, fence
 from .work_items import PENDING as ITEM_PENDING
 
 if TYPE_CHECKING:
@@ -33,8 +35,9 @@ if TYPE_CHECKING:
 
 
 PENDING = f"'{IdempotencyStatus.PENDING.value}'"
-# The statuses of a work item whose keys are kept past their `expires_at`.
-UNFINISHED = f"({ITEM_PENDING}, {IN_PROGRESS})"
+# The statuses of a work item whose keys are kept past their `expires_at`: it may run
+# again (a retry of its own, or an operator's retry of a failed or cancelled item).
+MAY_RUN_AGAIN = f"({ITEM_PENDING}, {IN_PROGRESS}, {FAILED}, {CANCELLED})"
 
 
 def _claim_column(d: Storage, row: str = "") -> str:
@@ -94,7 +97,7 @@ def insert_claim(d: Storage, claim: KeyClaim) -> Statement:
 def read(d: Storage, key: str, default_owner_seconds: float) -> Statement:
     """The key's state, and whether the run that holds it `pending` is still alive.
 
-    It is expired once its `expires_at` passed, unless its work item is unfinished.
+    It is expired once its `expires_at` passed, unless its work item may run again.
 
     The owner is alive when the key names a work item that is still
     `in_progress` under a live lease: the very lease the key was claimed under
@@ -105,7 +108,7 @@ def read(d: Storage, key: str, default_owner_seconds: float) -> Statement:
     sql = f"""
         SELECT k.status, k.request_hash, k.response_data, {_claim_column(d, "k")} AS claim,
                CASE WHEN k.expires_at IS NOT NULL AND k.expires_at <= {d.now}
-                         AND (w.status IS NULL OR w.status NOT IN {UNFINISHED})
+                         AND (w.status IS NULL OR w.status NOT IN {MAY_RUN_AGAIN})
                     THEN 1 ELSE 0 END AS expired,
                CASE WHEN k.status <> {PENDING} THEN 0
                     WHEN k.work_item_id IS NULL THEN
@@ -161,7 +164,7 @@ def finish(
 def delete_expired(d: Storage, batch_size: int) -> Statement:
     """Delete up to `batch_size` expired keys (skipping rows another sweep has locked).
 
-    A key whose work item is unfinished is kept: its retry may still need it.
+    A key whose work item may run again is kept: its retry may still need it.
     """
     sql = f"""
         DELETE FROM idempotency_keys WHERE idempotency_key IN (
@@ -169,7 +172,7 @@ def delete_expired(d: Storage, batch_size: int) -> Statement:
             WHERE expires_at IS NOT NULL AND expires_at <= {d.now}
               AND NOT EXISTS (
                   SELECT 1 FROM work_items AS w
-                  WHERE w.work_item_id = k.work_item_id AND w.status IN {UNFINISHED}
+                  WHERE w.work_item_id = k.work_item_id AND w.status IN {MAY_RUN_AGAIN}
               )
             LIMIT %s {d.skip_locked()}
         )

@@ -189,8 +189,29 @@ def test_a_key_of_a_running_item_past_its_ttl_is_not_run_again(db):
     assert run.run_once("mail", {"to": "a"}, effect) == "sent"
     assert effect.calls == 1
     assert sweep().scan_and_recover().keys_expired == 0
-    # Failed for good, its keys expire: an operator's retry after the TTL runs them again.
+    # Failed for good, it may still be retried by an operator: its key stays.
     ops("force_fail", item.pk)
+    assert sweep().scan_and_recover().keys_expired == 0
+
+
+def test_an_operator_retry_long_after_the_ttl_does_not_run_the_effect_again(db):
+    """A handler charged once, then failed for good; days later (past IDEMPOTENCY_TTL,
+    the sweep having run) the bug is fixed and an operator retries it."""
+    item = enqueue("job", "noop", max_retries=0)
+    failed = context(claim())
+    charge = Effect({"charged": 1200})
+    failed.run_once("charge:9", {"amount": 1200}, charge, ttl=timedelta(seconds=30))
+    ops("force_fail", item.pk)
+    past_expiry("charge:9")
+    assert sweep().scan_and_recover().keys_expired == 0  # was: deleted, and charged again
+
+    ops("retry", item.pk)
+    retried = context(claim())
+    assert retried.run_once("charge:9", {"amount": 1200}, charge) == {"charged": 1200}
+    assert charge.calls == 1
+
+    # Completed, nothing can run it again: the key expires as usual.
+    LeaseManager("w").release_lease(item.pk, success=True, token=retried.lease.token)
     assert sweep().scan_and_recover().keys_expired == 1
 
 

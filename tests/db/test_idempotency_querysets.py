@@ -1,5 +1,5 @@
 """`IdempotencyKey.objects.expired()` / `.live()` say what the engine does: a key of an
-unfinished item (pending or in progress) is kept past its `expires_at`."""
+item that may run again (anything but completed) is kept past its `expires_at`."""
 
 from __future__ import annotations
 
@@ -26,8 +26,16 @@ def keys() -> dict[str, str | None]:
     pending = enqueue("pending", "noop")
     done = enqueue("done", "noop")
     run_item(done)
+    failed = enqueue("failed", "noop")
+    run_item(failed, success=False)
     past = database_now() - timedelta(seconds=1)
-    named = {"running": running.pk, "pending": pending.pk, "done": done.pk, "loose": None}
+    named = {
+        "running": running.pk,
+        "pending": pending.pk,
+        "failed": failed.pk,
+        "done": done.pk,
+        "loose": None,
+    }
     for key, item_id in named.items():
         IdempotencyKey.objects.create(
             idempotency_key=key, request_hash=REQUEST, work_item_id=item_id, expires_at=past
@@ -46,9 +54,15 @@ def names(queryset) -> set[str]:
     return set(queryset.values_list("pk", flat=True))
 
 
-def test_keys_of_unfinished_items_are_live_past_their_expiry(keys):
+def test_keys_of_items_that_may_run_again_are_live_past_their_expiry(keys):
     assert names(IdempotencyKey.objects.expired()) == {"done", "loose"}
-    assert names(IdempotencyKey.objects.live()) == {"running", "pending", "fresh", "forever"}
+    assert names(IdempotencyKey.objects.live()) == {
+        "running",
+        "pending",
+        "failed",
+        "fresh",
+        "forever",
+    }
 
 
 def test_expired_is_exactly_what_the_sweep_deletes_and_live_what_it_keeps(keys):
