@@ -94,7 +94,7 @@ class SyncResult:
 
 
 def unique_key(name: str, tick: datetime) -> str:
-    return f"schedule:{name}:{tick.astimezone(UTC).isoformat()}"
+    return f"{sql.TICK_KEY_PREFIX}{name}:{tick.astimezone(UTC).isoformat()}"
 
 
 # The item's input: the schedule's payload plus `_schedule` (one function, shared

@@ -9,6 +9,7 @@ from ..states import UniqueScope
 from ..transitions import quoted
 from .checkpoints import resume_point
 from .runner import Statement
+from .schedules import TICK_KEY_PREFIX
 
 if TYPE_CHECKING:
     from ..storage.base import Storage
@@ -44,8 +45,16 @@ HOLDS_RESUME_POINT = f"""(EXISTS (
 def _holds_period_key(d: Storage) -> str:
     """A finished item whose period key is still held (`unique_while=timedelta`): the
     key is held for its period whatever the item's status, by the row itself, so
-    purging it would let a duplicate in before the period ends."""
-    held = f"unique_scope = {quoted(UniqueScope.PERIOD.value)} AND unique_until > {d.now}"
+    purging it would let a duplicate in before the period ends.
+
+    Not a schedule's tick: its key (held for `UNIQUE_FOR`, 400 days) only backs up
+    the schedule's own compare-and-swap of `next_run_at`, which never moves back by
+    itself; kept for it, every tick's item would outlive any purge by a year.
+    """
+    held = (
+        f"unique_scope = {quoted(UniqueScope.PERIOD.value)} AND unique_until > {d.now} "
+        f"AND unique_key NOT LIKE '{TICK_KEY_PREFIX}%%'"
+    )
     return f"COALESCE({held}, FALSE)"  # NULL (no key) must not read as held
 
 

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from ..storage.base import Storage
 
 
+# The unique key of a tick's item starts with this (`services.schedules.unique_key`).
+TICK_KEY_PREFIX = "schedule:"
+
 # What a new definition or an enqueued tick does to the failure the row records.
 _CLEAR_ERROR = "last_error = NULL, last_error_at = NULL"
 

@@ -171,3 +171,24 @@ def test_an_item_whose_period_key_is_still_held_is_not_purged_until_its_period_e
     assert purge_finished_items(timedelta(days=1)).items_deleted == 1
     fresh = enqueue("digest-3", "w", unique_key="digest:daily", unique_while=timedelta(days=7))
     assert not fresh.duplicate
+
+
+def test_a_schedules_tick_is_purged_like_any_item_though_its_key_is_held_for_a_year(db):
+    from datetime import UTC, datetime
+
+    from leasing.services import schedules
+    from leasing.ticks import parse_schedule
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    schedules.sync_from_settings(
+        [parse_schedule("beat", {"work_type": "w", "every": 60})], now=start
+    )
+    [fired] = schedules.run_due(now=start + timedelta(seconds=61))
+    tick = WorkItem.objects.get(pk=fired.work_item_id)
+    assert tick.unique_scope == "period" and tick.unique_until > database_now()
+    run_item(tick)
+    WorkItem.objects.filter(pk=tick.pk).update(completed_at=database_now() - timedelta(days=40))
+
+    assert purge_finished_items(timedelta(days=30), dry_run=True).items_deleted == 1
+    assert purge_finished_items(timedelta(days=30)).items_deleted == 1
+    assert not WorkItem.objects.filter(pk=tick.pk).exists()
