@@ -269,8 +269,8 @@ def _handler_specs() -> tuple[list[HandlerSpec], list[checks.CheckMessage]]:
     except LeasingConfigurationError as exc:
         error = checks.Error(
             str(exc),
-            hint="Fix the entry: a dotted path to a callable, or a dict with a 'handler' "
-            "dotted path and the options of @leasing.handler.",
+            hint="Fix the entry: a dotted path to a synchronous callable, or a dict with a "
+            "'handler' dotted path and the options of @leasing.handler.",
             id="leasing.E010",
         )
         return [], [error]

@@ -18,11 +18,13 @@ Handlers are registered by decorator in any installed app's `handlers.py`
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from asgiref.sync import iscoroutinefunction
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from . import validation
@@ -92,6 +94,15 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
         raise LeasingConfigurationError(str(exc)) from exc
     if not callable(func):
         raise LeasingConfigurationError(f"Handler for {work_type!r} is not callable: {func!r}.")
+    if _is_async(func):
+        # Its call would only make a coroutine; and the context's methods use the
+        # database synchronously, which Django refuses inside an event loop.
+        raise LeasingConfigurationError(
+            f"Handler for {work_type!r} is async ({getattr(func, '__qualname__', func)!r}): "
+            "a handler must be a synchronous function. Call the async code from one "
+            "with asgiref.sync.async_to_sync, or make it a Django task (@task on an "
+            "async def), which leasing's Tasks backend runs."
+        )
     unknown = set(options) - {
         "lease_duration",
         "heartbeat_interval",
@@ -156,6 +167,15 @@ def build_spec(work_type: str, func: Any, **options: Any) -> HandlerSpec:
         timeout=timeout,
         max_lease_lifetime=lifetime,
         execution=execution,
+    )
+
+
+def _is_async(func: Any) -> bool:
+    """An `async def` function or generator, or a callable marked or wrapped as one."""
+    return (
+        iscoroutinefunction(func)
+        or inspect.isasyncgenfunction(func)
+        or iscoroutinefunction(getattr(func, "__call__", None))  # noqa: B004
     )
 
 

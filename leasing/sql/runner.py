@@ -310,8 +310,12 @@ def refresh_connection(connection: BaseDatabaseWrapper, watch: HangUpWatch, idle
     Checked (SELECT 1) after a query on it failed, after it sat `idle`, or when
     the server spoke on it unasked (`HangUpWatch`), so that a handler's first
     query does not fail, and its run is not interrupted, on a connection that
-    died while nothing used it.
+    died while nothing used it. A transaction still open on it (the executor
+    rolls back what a handler leaves, `end_left_transactions`) is rolled back first.
     """
+    if _left_in_transaction(connection):
+        logger.warning("rolled back a transaction left open on database %r", connection.alias)
+        _reset_transaction(connection)
     raw = connection.connection
     if raw is None:
         return
@@ -320,3 +324,75 @@ def refresh_connection(connection: BaseDatabaseWrapper, watch: HangUpWatch, idle
             close_connection(connection.alias)
         else:
             connection.close_if_unusable_or_obsolete()
+
+
+class TransactionLeftOpen(RuntimeError):
+    """A handler returned with a transaction still open (an atomic block it never exited,
+    or autocommit it turned off): the worker rolled it back, so the writes in it are lost."""
+
+    @classmethod
+    def on(cls, aliases: list[str]) -> TransactionLeftOpen:
+        names = ", ".join(repr(alias) for alias in aliases)
+        return cls(
+            f"the handler left a transaction open on database {names} (an atomic block "
+            "it never exited, or autocommit turned off); it was rolled back, so the writes "
+            "it made in that transaction are lost"
+        )
+
+
+def end_left_transactions() -> list[str]:
+    """Roll back any transaction left open on this thread's connections; returns their aliases.
+
+    After a handler, its thread's connections must be as Django leaves them after
+    a request: otherwise the next run's writes join a transaction nobody commits,
+    and the locks it takes hold up every other process until the worker is killed.
+    Never raises: a connection it cannot reset is closed (the next query reconnects).
+    """
+    left = []
+    for connection in connections.all(initialized_only=True):
+        if _left_in_transaction(connection):
+            left.append(connection.alias)
+            _reset_transaction(connection)
+    return left
+
+
+def _left_in_transaction(connection: BaseDatabaseWrapper) -> bool:
+    if connection.in_atomic_block:
+        return True
+    # Autocommit turned off outside `atomic()` (`set_autocommit(False)`): the driver
+    # opens a transaction on the next statement and keeps it open.
+    return (
+        connection.connection is not None
+        and connection.autocommit != connection.settings_dict["AUTOCOMMIT"]
+    )
+
+
+def _reset_transaction(connection: BaseDatabaseWrapper) -> None:
+    """Forget the atomic blocks nobody will exit, roll back, restore autocommit.
+
+    Django resets this state only when it opens a new connection (`connect()`),
+    and refuses `rollback()`, `set_autocommit()` and `close()` inside an atomic
+    block; the attributes below are the ones `connect()` resets.
+    """
+    connection.in_atomic_block = False
+    connection.atomic_blocks.clear()
+    connection.savepoint_ids.clear()
+    connection.needs_rollback = False
+    connection.run_on_commit.clear()  # their transaction never commits: they must not run
+    if connection.closed_in_transaction:
+        # Closed inside the block: the server ended the transaction; only the wrapper
+        # still holds the closed driver connection.
+        connection.closed_in_transaction = False
+        _drop(connection)
+        return
+    try:
+        connection.rollback()
+        connection.set_autocommit(connection.settings_dict["AUTOCOMMIT"])
+    except Exception:  # a broken connection: closing it ends its transaction too
+        _drop(connection)
+
+
+def _drop(connection: BaseDatabaseWrapper) -> None:
+    with contextlib.suppress(Exception):
+        connection.close()
+    connection.connection = None  # even if closing failed: the next query reconnects

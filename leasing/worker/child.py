@@ -17,13 +17,17 @@ one `("done", output_json, rss)` or `("error", kind, exception, text, rss)`.
 
 SIGTERM raises `SystemExit` in the handler (so its `finally` blocks run)
 and the child exits without answering; the worker has already written the
-run's ending. If the worker dies, the child exits too: the pipe closes, and
-on Linux a parent-death signal ends it even while the handler blocks.
+run's ending. The child leads its own process group (a session), which the
+worker signals as a whole, so processes the handler started stop with it;
+outside that group, Ctrl-C at a terminal reaches only the worker, which
+decides. If the worker dies, the child exits too: the pipe closes, and on
+Linux a parent-death signal ends it even while the handler blocks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import queue
@@ -97,6 +101,10 @@ class _Runs:
 
 def main(conn: Connection, database: dict[str, Any], using: str, parent_pid: int) -> None:
     """The child's whole life: set up, then run what the worker sends until told to exit."""
+    # Its own session, so its own process group: the worker stops the whole group, and
+    # with the child whatever the handler started (a subprocess it waits on, say).
+    with contextlib.suppress(OSError):
+        os.setsid()
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker; it decides
@@ -150,6 +158,23 @@ def _read(conn: Connection, jobs: queue.SimpleQueue[tuple[Any, ...] | None], run
             context.request_cancel()
 
 
+def end_handler_transactions(lease: Any) -> list[str]:
+    """After a handler (in a thread or a child): roll back any transaction it left open on
+    its thread's connections, logged; returns their aliases."""
+    from ..sql.runner import end_left_transactions
+
+    left = end_left_transactions()
+    if left:
+        logging.getLogger("leasing.worker").warning(
+            "the handler of %s (token %d) left a transaction open on database %s; "
+            "it was rolled back",
+            lease.work_item_id,
+            lease.token,
+            ", ".join(repr(alias) for alias in left),
+        )
+    return left
+
+
 def _run(
     conn: Connection,
     runs: _Runs,
@@ -165,6 +190,7 @@ def _run(
     from ..context import WorkContext
     from ..handlers import registry
     from ..heartbeat import Heartbeat
+    from ..sql.runner import TransactionLeftOpen
     from .outcomes import classify
 
     last_forwarded = [0.0]
@@ -182,9 +208,16 @@ def _run(
         func = registry.get(work_type).func if work_type in registry else import_string(dotted_path)
         # The run span is made here, around the handler, so the spans of its checkpoints
         # and run_once calls (made in this process) nest under it.
-        output = tracing.run_in_child(
-            lambda: func(context), lease, received, lambda ids: conn.send(("span", *ids))
-        )
+        try:
+            output = tracing.run_in_child(
+                lambda: func(context), lease, received, lambda ids: conn.send(("span", *ids))
+            )
+        finally:
+            # Before the answer: the worker writes the outcome on rows this transaction
+            # may hold locked, and the next run must not join it.
+            left_open = end_handler_transactions(lease)
+        if left_open:
+            raise TransactionLeftOpen.on(left_open)
         return ("done", validation.payload("handler output", output), resident_bytes())
     except Exception as exc:
         return ("error", classify(exc), *_portable(exc), resident_bytes())

@@ -91,6 +91,9 @@ class Child:
         # Its process ended (stopped, recycled, died) and no new one has started yet:
         # the worker claims nothing for it meanwhile.
         self.replacing = False
+        # Its process group (its pid), which it leads once started: stopping the
+        # child signals the group, the processes its handler started included.
+        self.group: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -115,11 +118,15 @@ class Child:
         )
         process.start()
         theirs.close()
-        self.process, self.conn, self.items = process, ours, 0
+        self.process, self.conn, self.items, self.group = process, ours, 0, None
         try:
             self._handshake(process, ours)
         finally:
             self.replacing = False  # started, or failed: a run may try (and fail) again
+        # It made its own process group before it answered (`child.main`).
+        with contextlib.suppress(OSError):
+            if process.pid is not None and os.getpgid(process.pid) == process.pid:
+                self.group = process.pid
 
     def _handshake(self, process: BaseProcess, ours: Connection) -> None:
         if not ours.poll(START_TIMEOUT):
@@ -203,6 +210,7 @@ class Child:
         if self.process is not None:
             self.process.join(1.0)
             code = self.process.exitcode
+        self._kill_group()  # its run has ended: so do the processes its handler started
         self._forget()
         if code == child.TERMINATED_EXIT_CODE:
             # SIGTERM the worker did not send (it stops children only after it ended
@@ -219,18 +227,37 @@ class Child:
         )
 
     def stop(self, grace: float) -> None:
-        """SIGTERM, then SIGKILL after `grace` seconds; returns once the child is gone."""
+        """SIGTERM, then SIGKILL after `grace` seconds; returns once the child is gone.
+
+        Its whole process group is signalled: processes the handler started get the
+        SIGTERM with it, and whatever is left of them is killed once it has ended,
+        so a stopped run leaves nothing running.
+        """
         process = self.process
         if process is not None and process.is_alive():
-            process.terminate()
+            self._signal(process, signal.SIGTERM)
             process.join(_join_timeout(grace))
             if process.is_alive():
                 logger.warning(
                     "%s (pid %s) ignored SIGTERM for %gs: killing it", self.name, process.pid, grace
                 )
-                process.kill()
+                self._signal(process, signal.SIGKILL)
                 process.join(5.0)
+            self._kill_group()
         self._forget()
+
+    def _signal(self, process: BaseProcess, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if self.group is not None:
+                os.killpg(self.group, signum)
+            elif process.pid is not None:  # not started yet: its handler started nothing
+                os.kill(process.pid, signum)
+
+    def _kill_group(self) -> None:
+        """SIGKILL what is left of the child's process group (its handler's processes)."""
+        if self.group is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.group, signal.SIGKILL)
 
     def close(self, grace: float) -> None:
         """Ask an idle child to exit; stop it if it does not."""
@@ -248,3 +275,4 @@ class Child:
         if self.process is not None:
             self.replacing = True
         self.process = self.conn = None
+        self.group = None

@@ -28,7 +28,14 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from .. import tracing, validation
 from ..context import WorkContext
 from ..exceptions import Cancelled
-from ..sql.runner import IDLE_CHECK_SECONDS, HangUpWatch, close_connection, refresh_connection
+from ..sql.runner import (
+    IDLE_CHECK_SECONDS,
+    HangUpWatch,
+    TransactionLeftOpen,
+    close_connection,
+    refresh_connection,
+)
+from .child import end_handler_transactions
 from .children import START_TIMEOUT, Child, ChildAnswer, ChildProcessDied
 from .outcomes import Recorder
 from .slots import Slot, SlotState, SlotTable
@@ -273,10 +280,16 @@ class ExecutorPool:
                     return
                 output_json = answer.output_json
             else:
-                if self.traced:
-                    output = tracing.run(self._call, slot, context)
-                else:
-                    output = self._call(slot, context)
+                try:
+                    if self.traced:
+                        output = tracing.run(self._call, slot, context)
+                    else:
+                        output = self._call(slot, context)
+                finally:
+                    # Before its outcome is written on this thread's connection.
+                    left_open = end_handler_transactions(slot.lease)
+                if left_open:
+                    raise TransactionLeftOpen.on(left_open)
                 output_json = validation.payload("handler output", output)
         except BaseException as exc:
             if self.slots.transition(slot, SlotState.RUNNING, SlotState.FINISHED):
