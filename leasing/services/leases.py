@@ -405,6 +405,25 @@ class LeaseManager:
             rows = run(self.using, sql.expire_earlier_leases(d, self.worker_id))
         return [row["work_item_id"] for row in rows]
 
+    def start_clock(self, lease: Lease, timeout: float, lifetime_end: datetime) -> Lease | None:
+        """A timed run that waited in its worker starts: its timeout counts from now.
+
+        Moves the lease's deadline (fenced by its token, only while it is live)
+        to now + `timeout`, never past `lifetime_end`; returns the lease as it now
+        is, or None if it is no longer held. See `sql.work_items.start_clock`.
+        """
+        statement = sql.start_clock(
+            storage_for(self.using), self.worker_id, *lease.key, timeout, lifetime_end
+        )
+        with translate_db_errors():
+            row = run_one(self.using, statement)
+        if row is None:
+            return None
+        acquired_at = to_datetime(row["lease_acquired_at"])
+        deadline_at = to_datetime(row["lease_deadline_at"])
+        assert acquired_at is not None and deadline_at is not None  # set by the update
+        return lease._replace(acquired_at=acquired_at, deadline_at=deadline_at)
+
     def cancel_requests(self) -> set[LeaseKey]:
         """The held leases whose items someone asked to stop (`leasing.cancel()`)."""
         d = storage_for(self.using)

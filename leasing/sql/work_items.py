@@ -11,14 +11,17 @@ Two pieces are written once here and composed into every statement:
 Renewals are in `leasing.sql.renewals`.
 
 Every time is the database clock. A lease has an expiry (renewed by
-heartbeats) and a deadline (`lease_deadline_at`, fixed at the claim: the
-handler's timeout or `MAX_LEASE_LIFETIME`): no renewal moves the expiry past
-the deadline, so not even a wedged process can keep a lease forever.
+heartbeats) and a deadline (`lease_deadline_at`, set by the claim: the
+handler's timeout or `MAX_LEASE_LIFETIME`; a timed run that waited in its
+worker has its timeout counted again from its start, `start_clock`): no
+renewal moves the expiry past the deadline, so not even a wedged process can
+keep a lease forever.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import transitions as T
@@ -102,6 +105,25 @@ def claim_set(d: Storage, holder: str, terms: LeaseTerms) -> Statement:
         started_at = COALESCE(started_at, {d.now}), updated_at = {d.now}
     """
     return sql, [holder, *expiry_params, *deadline_params]
+
+
+def start_clock(
+    d: Storage, holder: str, item_id: str, token: int, timeout: float, lifetime_end: datetime
+) -> Statement:
+    """Count a live lease's timeout from now (its handler starts after waiting in its worker).
+
+    Its deadline becomes now + `timeout`, never past `lifetime_end` (its claim
+    plus its lifetime), and it is acquired now, so a time-out still reads as
+    its timeout; fenced, and only while the lease is live.
+    """
+    sql = f"""
+        UPDATE work_items
+        SET lease_acquired_at = {d.now}, lease_deadline_at = {d.earliest(d.clock(), "%s")},
+            updated_at = {d.now}
+        WHERE work_item_id = %s AND {fence()} AND lease_expires_at > {d.now}
+        RETURNING lease_acquired_at, lease_deadline_at
+    """
+    return sql, [d.offset(timeout), d.datetime_param(lifetime_end), item_id, holder, token]
 
 
 # --- completion ---------------------------------------------------------------------------

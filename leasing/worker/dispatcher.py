@@ -5,7 +5,9 @@ for company, so one round trip completes and claims many at once. Handlers
 faster than `FAST_HANDLER_SECONDS` on average let the dispatcher claim a
 little ahead (prefetch), so executors never wait for the round trip; slow
 work is never hoarded, and is claimed at most `CLAIM_CHUNK` items a round trip:
-the first handlers start while the rest are claimed.
+the first handlers start while the rest are claimed. An item of a type with a
+`timeout` claimed ahead of a free executor is marked so (`Slot.ahead`): its
+timeout counts from its start, not its claim.
 
 While work is scarce (the last claim got less than it asked for), a worker
 woken by NOTIFY that is not draining (`--burst`) spends as few round trips as
@@ -209,12 +211,14 @@ class Dispatcher:
         to be written free their slots in the same round trip)."""
         return self._capacity(self.finished_count()) > 0
 
+    def _room(self, finishing: int) -> int:
+        """Executors free for a claim now (those of finished items waiting to be written too)."""
+        # An executor replacing its child (process execution) takes no run until it is done.
+        return self.config.concurrency - self.pool.restarting() - (len(self.slots) - finishing)
+
     def _capacity(self, finishing: int) -> int:
         c = self.config
-        # An executor replacing its child (process execution) takes no run until it is done.
-        capacity = (
-            c.concurrency - self.pool.restarting() + self._prefetch - (len(self.slots) - finishing)
-        )
+        capacity = self._room(finishing) + self._prefetch
         if not self._prefetch:
             capacity = min(capacity, CLAIM_CHUNK)
         if c.max_items is not None:
@@ -249,6 +253,7 @@ class Dispatcher:
         batch = self._take()
         done = [(slot.lease, output) for slot, output in batch]
         capacity = self._capacity(len(batch)) if claiming else 0
+        room = self._room(len(batch))
         self.last_asked = capacity
         c = self.config
         try:
@@ -270,7 +275,7 @@ class Dispatcher:
         if capacity > 0:
             self._short_claim_at = time.monotonic() if len(leases) < capacity else None
             self._last_got = len(leases)
-        return self._start(leases)
+        return self._start(leases, room)
 
     def _cool_down(self) -> None:
         """Let `CLAIM_COOLDOWN_SECONDS` pass since the last (short) claim."""
@@ -310,7 +315,8 @@ class Dispatcher:
             failed=len(completion.unstorable),
         )
 
-    def _start(self, leases: list[Lease]) -> int:
+    def _start(self, leases: list[Lease], room: int) -> int:
+        """Hand claimed leases to the executors; the first `room` start at once."""
         if not leases:
             return 0
         specs, terms = self.config.specs, self.config.terms
@@ -326,6 +332,10 @@ class Dispatcher:
         ]
         self.counters.add(claimed=len(leases))
         slots = self.screen(slots)
+        # Those past the free executors wait behind other runs: a timed one has its
+        # timeout count from its start, so the wait never times it out.
+        for slot in slots[max(room, 0) :]:
+            slot.ahead = slot.spec.timeout is not None
         self.slots.add_all(slots)
         if logger.isEnabledFor(logging.DEBUG):
             for lease in leases:

@@ -29,25 +29,29 @@ import math
 import random
 import threading
 import time
+from datetime import timedelta
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from ..conf import get_settings
 from ..exceptions import DatabaseUnavailable, LeaseConflictError
 from ..services import processes
 from ..services.backlog import due_within
+from ..services.held import Lease
 from ..services.leases import LeaseManager
 from ..sql.processes import RunReport
 from ..sql.runner import (
+    IDLE_CHECK_SECONDS,
     close_connection,
     is_infrastructure_error,
     is_lock_conflict,
+    refresh_connection,
     until_reachable,
 )
 from ..states import WorkerRequest, WorkerRole, WorkerStatus
 from ..storage import storage_for
 from .dispatcher import Dispatcher
-from .executors import ExecutorPool
+from .executors import Executor, ExecutorPool
 from .leadership import Leadership, claim_key
 from .listener import NotifyListener
 from .options import WorkerConfig, WorkerOptions, resolve
@@ -76,9 +80,11 @@ class WorkerRuntime:
         self.config = config
         self.worker_id = config.worker_id
         self.manager = LeaseManager(config.worker_id, using=config.using)
-        self.slots = SlotTable()
+        self.slots = SlotTable(start_clock=self._start_clock)
         self.abandoned = AbandonedRuns()
-        self.max_abandoned_runs = get_settings().max_abandoned_runs
+        settings = get_settings()
+        self.max_abandoned_runs = settings.max_abandoned_runs
+        self.max_lease_lifetime = settings.max_lease_lifetime
         self.counters = Counters()
         self._wake = threading.Event()  # something changed: look again
         self._freed = threading.Event()  # a slot ended, whatever its outcome
@@ -356,6 +362,11 @@ class WorkerRuntime:
                 return False
             if self.dispatcher.worth_a_round_trip():
                 return False
+            if self.slots.earliest_deadline() <= time.monotonic():
+                # A run reached its deadline, or a run that waited for its executor moved
+                # its deadline to count from its start: end what is due, read the next.
+                self.watch.supervise()
+                continue
             remaining = deadline - time.monotonic()
             trickle_in = lead.trickle_due_in() if lead is not None else math.inf
             if remaining <= 0:
@@ -433,6 +444,43 @@ class WorkerRuntime:
                 continue
             keep.append(slot)
         return keep
+
+    def _start_clock(self, slot: Slot, executor: Executor) -> Lease | None:
+        """A timed run that waited in this process starts: its timeout counts from now.
+
+        The database moves the lease's deadline (fenced by its token), so the
+        sweep and the console see the deadline this process keeps. If that
+        cannot be done (the database is unreachable, the lease is gone), the
+        run does not start: it is handed back (fenced), no attempt counted.
+        """
+        lease, spec = slot.lease, slot.spec
+        lifetime = spec.max_lease_lifetime or self.max_lease_lifetime
+        if spec.timeout is None or spec.timeout >= lifetime:
+            return lease  # its deadline is its lifetime, which counts from the claim
+        using = self.config.using
+        try:
+            # The executor would check its connection next; a dead one must not cost the run.
+            connection = executor.connection or connections[using]
+            idle = time.monotonic() - executor.last_used > IDLE_CHECK_SECONDS
+            refresh_connection(connection, executor.hang_up, idle)
+            started = self.manager.start_clock(
+                lease, spec.timeout, lease.acquired_at + timedelta(seconds=lifetime)
+            )
+        except (DatabaseUnavailable, DatabaseError) as exc:
+            if not is_infrastructure_error(exc):
+                logger.exception("moving the deadline of %s failed", lease.work_item_id)
+            else:
+                close_connection(using)
+            why = f"its deadline could not be moved to its start ({one_line(exc)})"
+        else:
+            if started is not None:
+                return started
+            why = "its lease ran out before it started"
+        if self.slots.transition(slot, SlotState.QUEUED, SlotState.ABANDONED):
+            slot.lose(why)
+            self.recorder.hand_back(slot, why)
+            self._on_done(slot)
+        return None
 
     def _abandoned_item_ids(self) -> tuple[str, ...]:
         """Items this process must not claim: their earlier run still runs here."""

@@ -10,6 +10,11 @@ slot, and nothing the old run does (finish, renew, fail) can touch it.
 
 A running slot abandoned while its handler thread still runs is kept in
 `AbandonedRuns` until that thread lets go.
+
+A slot's deadline counts from its claim, unless it was claimed ahead of a
+free executor (prefetched) and its type has a `timeout`: its timeout then
+counts from its start (`SlotTable.start` has the database move the lease's
+deadline first), so a wait in this process's queue costs its run nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..context import WorkContext
@@ -46,6 +51,7 @@ class Slot:
 
     __slots__ = (
         "_kept",
+        "ahead",
         "cancel_requested",
         "claimed_at",
         "context",
@@ -91,6 +97,9 @@ class Slot:
         self.started_at: float | None = None
         # Made when the renewer first looks at the run: most runs end before that.
         self._kept: KeptLease | None = None
+        # Claimed ahead of a free executor, of a type with a timeout: its timeout
+        # counts from its start (set by the dispatcher).
+        self.ahead = False
 
     @property
     def kept(self) -> KeptLease:
@@ -137,10 +146,16 @@ class Slot:
             self.context.mark_lease_lost(reason)
 
 
+# Moves a slot's lease deadline to count from its start (in the database, fenced by its
+# token) and returns the lease as moved; None if it could not, and ended the slot instead.
+StartClock = Callable[[Slot, "Executor"], Lease | None]
+
+
 class SlotTable:
     """Thread-safe table of the process's slots."""
 
-    def __init__(self) -> None:
+    def __init__(self, start_clock: StartClock | None = None) -> None:
+        self.start_clock = start_clock
         self._slots: dict[LeaseKey, Slot] = {}
         self._lock = threading.Lock()
         # No slot reaches its deadline before this (monotonic): the dispatcher
@@ -210,13 +225,28 @@ class SlotTable:
                     del self._slots[slot.key]
 
     def start(self, slot: Slot, executor: Executor) -> bool:
-        """Mark a queued slot running in `executor`; False if it was abandoned meanwhile."""
+        """Mark a queued slot running in `executor`; False if it was abandoned meanwhile.
+
+        A slot claimed ahead (`Slot.ahead`) has its lease's deadline moved to
+        count from now first, outside the lock (a round trip); if that cannot
+        be done, `start_clock` ended the slot and it does not run.
+        """
+        moved = None
+        if slot.ahead and self.start_clock is not None and slot.state is SlotState.QUEUED:
+            moved = self.start_clock(slot, executor)
+            if moved is None:
+                return False
         with self._lock:
             if self._slots.get(slot.key) is not slot or slot.state is not SlotState.QUEUED:
                 return False
             slot.state = SlotState.RUNNING
             slot.executor = executor
             slot.started_at = time.monotonic()
+            if moved is not None:
+                # As at the claim, the local clock is read once the database answered.
+                slot.lease = moved
+                slot.deadline_at = slot.started_at + moved.cap_seconds
+                self._earliest_deadline = min(self._earliest_deadline, slot.deadline_at)
             return True
 
     def transition(self, slot: Slot, expected: SlotState, new: SlotState) -> bool:
