@@ -142,12 +142,15 @@ EXPIRE = _t(
     "The lease ran out: retried while retries are left and the type allows, else failed "
     "(cancelled if it had been asked to stop).",
 )
+# Asked to stop, it ends cancelled like any other ending of its run: a new run
+# would do the work the operator asked to stop.
 FORCE_RELEASE = _t(
     "force_release",
     (IN_PROGRESS,),
-    (PENDING, FAILED),
+    (PENDING, CANCELLED, FAILED),
     "operator",
-    "An operator takes the lease away; the item is claimable again.",
+    "An operator takes the lease away; the item is claimable again (cancelled if it had "
+    "been asked to stop).",
 )
 FORCE_FAIL = _t(
     "force_fail", (IN_PROGRESS, PENDING), (FAILED,), "operator", "An operator fails the item."
@@ -242,8 +245,9 @@ GUARDS: tuple[Guard, ...] = (
             "fail_attempt": "matches (holder, token, in_progress)",
             "hand_back": "matches (holder, token, in_progress)",
             "expire": "only a lease past its expiry (database clock), with the token it locked",
-            "force_release": "the status and token the operator saw (the admin: its heartbeat too)",
-            "force_fail": "the status and token the operator saw",
+            "force_release": "the status and token the operator saw (the admin's per-item "
+            "confirmation: its heartbeat too)",
+            "force_fail": "as force_release",
             "cancel": "the status (and token) the operator saw",
             "delete": "never an item in progress; the status and token the operator saw",
             "run_now": "pending only, with the token the operator saw: a claimed item is "
@@ -264,7 +268,8 @@ GUARDS: tuple[Guard, ...] = (
             "(a forced stop), one returns",
             "expire": "as fail_attempt; of several expired items of one status-scoped key, the "
             "lowest id returns",
-            "force_release": "as fail_attempt",
+            "force_release": "as fail_attempt; asked to stop, it ends cancelled, which "
+            "releases the key",
             "force_fail": "releases the key",
             "retry_failed": "skipped (nothing written) while another item holds the key",
             "cancel": "releases the key",
@@ -286,7 +291,7 @@ GUARDS: tuple[Guard, ...] = (
             "fail_attempt": "failed for good: dependents that chose 'fail' fail with it",
             "hand_back": "superseded: as fail_attempt",
             "expire": "failed for good: as fail_attempt",
-            "force_release": "superseded: as fail_attempt",
+            "force_release": "superseded, or cancelled (asked to stop): as fail_attempt",
             "force_fail": "as fail_attempt",
             "retry_failed": "skipped while a dependency failed and the item fails with it; "
             "only the item returns: its dependents that failed with it stay failed until each "
@@ -385,7 +390,8 @@ GUARDS: tuple[Guard, ...] = (
             "fail_attempt": "asked to stop, the run ends cancelled: not retried, not failed",
             "hand_back": "asked to stop, the item ends cancelled instead of waiting for a run",
             "expire": "asked to stop, an expired lease ends cancelled, not retried",
-            "force_release": "clears the request",
+            "force_release": "asked to stop, the item ends cancelled, not back to pending: "
+            "no new run starts",
             "force_fail": "allowed; the request is moot",
             "retry_failed": "a cancelled item may be retried, its request cleared",
             "cancel": "pending only; a running item is asked to stop instead "

@@ -11,8 +11,9 @@ one shows a confirmation page that asks for a reason and carries each item's
 status and lease (token and last heartbeat); confirming calls
 `leasing.services.operations.apply_action` once per item, a fenced compare-and-swap
 that also writes the `state_transition` checkpoint. An item whose status or
-lease changed meanwhile is skipped and reported. The admin itself never writes a
-status.
+lease token changed meanwhile is skipped and reported, and so is one whose lease
+was renewed for the actions that take the lease away (force-release, force-fail).
+The admin itself never writes a status.
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ ACTION_NAMES = {
     Action.RUN_NOW: run_now_selected.__name__,
 }
 ACTIONS_BY_NAME = {name: action for action, name in ACTION_NAMES.items()}
+# The actions that take the lease away from its worker: a renewal since the page was
+# shown (the worker proved it is alive) skips them. A cancel only asks the run to stop,
+# so only a new claim (the token) makes it another item than the one confirmed.
+TAKE_THE_LEASE = frozenset({Action.FORCE_RELEASE, Action.FORCE_FAIL})
 
 
 def offered_for(item: display.ClockedWorkItem) -> list[str]:
@@ -329,7 +334,9 @@ def apply(
                 action,
                 item_id,
                 expected_token=token,
-                expected_heartbeat_at=heartbeat_at,
+                expected_heartbeat_at=(
+                    heartbeat_at if action in TAKE_THE_LEASE else operations.UNCHECKED
+                ),
                 expected_status=statuses[item_id],
                 actor=actor,
                 reason=reason,
@@ -344,7 +351,8 @@ def apply(
             continue
         if result.applied:
             applied.append(result)
-            if result.new_status != Action.leaves[action]:  # superseded, say by whom
+            # Superseded (say by whom), or a force-release cancelled (asked to stop).
+            if result.new_status != Action.leaves[action]:
                 modeladmin.message_user(request, f"{item_id}: {result.detail}.", messages.WARNING)
             elif result.dependents_failed or result.dependents_still_failed:
                 # What it did to (or left for) the items that depend on it.

@@ -3,20 +3,26 @@
 The confirmation page states how many items match now and refuses more than
 `BULK_LIMIT` (narrow the selection instead). It carries the selection it
 showed in two hidden fields: `expected`, how many items matched, and
-`fingerprint`, which ones in which status (`Selection.fingerprint`: a digest
-of their sorted ids and statuses). Confirming evaluates the selection again
-(`confirmed`) and compares both: unless the same count AND the same items in
-the same statuses match now, nothing is written and the page is shown again
-with an error and the count and fingerprint of now. So items that changed
-meanwhile are never acted on unseen, not even when as many others took their
-place (three failed items retried, three others failed), nor when a filter
-still matches an item whose status changed (a failed item of an unfiltered
-list retried meanwhile: pending, which a delete also accepts). A count or
+`fingerprint`, which ones in which status with which lease
+(`Selection.fingerprint`: a digest of their sorted ids, statuses and lease
+tokens). Confirming evaluates the selection again (`confirmed`) and compares
+both: unless the same count AND the same items in the same statuses and
+leases match now, nothing is written and the page is shown again with an
+error and the count and fingerprint of now. So items that changed meanwhile
+are never acted on unseen, not even when as many others took their place
+(three failed items retried, three others failed), nor when a filter still
+matches an item whose status changed (a failed item of an unfiltered list
+retried meanwhile: pending, which a delete also accepts) or that another
+worker claimed again (in progress still, under a new token). A count or
 fingerprint missing or malformed is an altered page: nothing is written
 either. Otherwise it calls `leasing.services.operations.apply_action` once
-per item, fenced by the status confirmed and the lease token read just
-before: an item whose status or lease moves on while the action runs, or
-that is not in a status the action applies to, is skipped and counted.
+per item, fenced by the status and lease token confirmed (never read again:
+a claim after the confirmation is skipped too): an item whose status or
+lease moves on while the action runs, or that is not in a status the action
+applies to, is skipped and counted. A renewal (the same token, a later
+heartbeat) is no change of lease here: a digest of heartbeats would refuse
+every confirmation of running items, so a bulk force-release or force-fail
+takes a lease the page counted even if its worker renewed it since.
 Every change is audited twice: the item's `state_transition` checkpoint (by
 the service) and an admin log entry naming the selection and the reason.
 """
@@ -35,7 +41,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from ..conf import WRITE_DATABASE
-from ..exceptions import LeasingError
+from ..exceptions import LeasingError, WorkItemNotFound
 from ..models import WorkItem
 from ..services import operations
 from ..services.dependencies import dependencies_first
@@ -53,11 +59,13 @@ BULK_FIELD = "_leasing_bulk"
 @dataclass(frozen=True, slots=True)
 class Selection:
     """The items a bulk action would change now (at most `BULK_LIMIT + 1` ids read), and
-    the status of each (`statuses[n]` is that of `ids[n]`)."""
+    the status and lease token of each (`statuses[n]` and `tokens[n]` are those of
+    `ids[n]`)."""
 
     description: str
     ids: tuple[str, ...]
     statuses: tuple[str, ...]
+    tokens: tuple[int, ...]
 
     @property
     def over_limit(self) -> bool:
@@ -69,24 +77,38 @@ class Selection:
 
     @property
     def fingerprint(self) -> str:
-        """Which items match in which status, not only how many: the first 16 hex digits
-        of the SHA-256 of `id status` lines, sorted (whatever order the database read
-        them in)."""
-        lines = sorted(f"{pk} {status}" for pk, status in zip(self.ids, self.statuses, strict=True))
+        """Which items match in which status under which lease, not only how many: the
+        first 16 hex digits of the SHA-256 of `id status token` lines, sorted (whatever
+        order the database read them in)."""
+        rows = zip(self.ids, self.statuses, self.tokens, strict=True)
+        lines = sorted(f"{pk} {status} {token}" for pk, status, token in rows)
         return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:FINGERPRINT_DIGITS]
 
     def status_of(self) -> dict[str, str]:
         return dict(zip(self.ids, self.statuses, strict=True))
 
+    def token_of(self) -> dict[str, int]:
+        return dict(zip(self.ids, self.tokens, strict=True))
+
 
 def select(queryset: QuerySet[WorkItem], description: str) -> Selection:
-    rows = list(queryset.order_by().values_list("pk", "status")[: BULK_LIMIT + 1])
-    return Selection(description, tuple(r[0] for r in rows), tuple(r[1] for r in rows))
+    rows = list(queryset.order_by().values_list("pk", "status", "lease_token")[: BULK_LIMIT + 1])
+    return Selection(
+        description,
+        tuple(r[0] for r in rows),
+        tuple(r[1] for r in rows),
+        tuple(r[2] for r in rows),
+    )
 
 
-def failed_selection(description: str, ids: list[str]) -> Selection:
-    """A selection of items read as failed (an error group's members)."""
-    return Selection(description, tuple(ids), (WorkItemStatus.FAILED,) * len(ids))
+def failed_selection(description: str, ids: list[str], *, using: str) -> Selection:
+    """A selection of items read as failed (an error group's members), with their lease
+    tokens read on `using` (an id gone meanwhile is left out)."""
+    tokens = dict(WorkItem.objects.using(using).filter(pk__in=ids).values_list("pk", "lease_token"))
+    kept = tuple(pk for pk in ids if pk in tokens)
+    return Selection(
+        description, kept, (WorkItemStatus.FAILED,) * len(kept), tuple(tokens[pk] for pk in kept)
+    )
 
 
 ALTERED = (
@@ -141,7 +163,8 @@ def confirmed(
         message = (
             f"The selection changed after the page was shown: {_items(now)} "
             f"match{'es' if now == 1 else ''} now, as many as then, but not the same "
-            f"one{'s' if now != 1 else ''}, or not in the same status ({selection.description}); "
+            f"one{'s' if now != 1 else ''}, or not in the same status or lease "
+            f"({selection.description}); "
             "nothing was changed. Check the items and confirm again."
         )
     else:
@@ -194,14 +217,11 @@ def apply(
 ) -> None:
     """Apply `action` to each selected item; report the counts and log what changed."""
     actor = request.user.get_username()
-    # The fence of each change: read on the primary, whatever the console reads from.
-    tokens = dict(
-        WorkItem.objects.using(WRITE_DATABASE)
-        .filter(pk__in=selection.ids)
-        .values_list("pk", "lease_token")
-    )
+    # The fence of each change: the lease token the confirmed page counted (its
+    # fingerprint matched), not one read now, which would take a lease claimed since.
+    tokens = selection.token_of()
     # A deleted row cannot be read back for its log entry: read them before.
-    before = _objects(list(tokens)) if action == operations.Action.DELETE else {}
+    before = _objects(list(selection.ids)) if action == operations.Action.DELETE else {}
     applied: list[str] = []
     skipped: Counter[str] = Counter()
     dependents: Counter[str] = Counter()  # what the actions did to their dependents
@@ -211,9 +231,6 @@ def apply(
     if action == operations.Action.RETRY:  # dependencies first: their dependents follow them
         ids = dependencies_first(ids, using=WRITE_DATABASE)
     for item_id in ids:
-        if item_id not in tokens:
-            skipped["it no longer exists"] += 1
-            continue
         try:
             result = operations.apply_action(
                 action,
@@ -223,6 +240,9 @@ def apply(
                 actor=actor,
                 reason=reason,
             )
+        except WorkItemNotFound:
+            skipped["it no longer exists"] += 1
+            continue
         except LeasingError as exc:
             skipped[str(exc)] += 1
             continue

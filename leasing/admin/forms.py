@@ -58,9 +58,11 @@ class OperatorActionForm(forms.Form):
 
     Besides the reason, the form carries three hidden fields per item: the
     `status`, `lease_token` and `heartbeat_at` the item had when the
-    confirmation page was rendered. The action is applied only if all are still
-    the same: a new claim changes the token, every renewal the heartbeat, and
-    either means the lease is not the one the operator looked at; a status that
+    confirmation page was rendered. The action is applied only if they are still
+    the same: a new claim changes the token, which means the lease is not the
+    one the operator looked at; every renewal moves the heartbeat, which the
+    actions that take the lease away (force-release, force-fail) also require
+    unchanged (a cancel only asks the run to stop); a status that
     changed (a failed item retried by someone else, now pending) means the item
     is not the one they chose, even where the action accepts its new status.
     """

@@ -10,8 +10,8 @@ ACTION_TEXT = {
         "done": "force-released",
         "explain": (
             "Each lease is taken from its holder and the item goes back to pending "
-            "(not counted as a retry). The old holder's later renewals, checkpoints and "
-            "release are refused by the fence."
+            "(not counted as a retry), or ends cancelled if it had been asked to stop. The "
+            "old holder's later renewals, checkpoints and release are refused by the fence."
         ),
     },
     Action.FORCE_FAIL: {

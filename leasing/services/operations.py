@@ -52,8 +52,8 @@ class Action:
     choices = (FORCE_RELEASE, FORCE_FAIL, RETRY, CANCEL, DELETE, RUN_NOW)
     # The statuses each action accepts (its transition's sources; a cancel also
     # asks a running item to stop), and the status it usually leaves (a
-    # force-release can end superseded: failed; a running item asked to stop
-    # stays in progress until its run ends).
+    # force-release can end superseded: failed, or cancelled if it was asked to
+    # stop; a running item asked to stop stays in progress until its run ends).
     accepts: dict[str, tuple[str, ...]] = {
         **{action: sql.TRANSITION[action].sources for action in choices},
         CANCEL: (WorkItemStatus.PENDING, WorkItemStatus.IN_PROGRESS),
@@ -101,7 +101,7 @@ class OperatorResult:
     new_status: str | None
     detail: str
     # Dependents the action failed with the item (a force-fail, a cancel, a superseded
-    # force-release), and those that had failed with it and stay failed (a retry).
+    # or cancelled force-release), and those that had failed with it and stay failed (a retry).
     dependents_failed: int = 0
     dependents_still_failed: int = 0
 
@@ -123,9 +123,9 @@ def apply_action(
 ) -> OperatorResult:
     """Apply one operator action as a fenced compare-and-swap.
 
-    `action`: `force_release` (in progress), `force_fail` (pending or in
-    progress), `retry` (failed or cancelled), `cancel` (pending; a running
-    item is asked to stop), `delete` (pending or finished: the row, its
+    `action`: `force_release` (in progress; one asked to stop ends cancelled),
+    `force_fail` (pending or in progress), `retry` (failed or cancelled),
+    `cancel` (pending; a running item is asked to stop), `delete` (pending or finished: the row, its
     checkpoints and edges go, the audit record stays on its task tied to no
     item; skipped while unfinished items depend on it) or `run_now` (a
     pending item whose `run_after` is ahead: made due at the database's now).
@@ -133,7 +133,8 @@ def apply_action(
     `expected_token` is the `lease_token` the operator saw (None: do not check
     it); a new claim changes it. `expected_heartbeat_at` is the `heartbeat_at`
     they saw: every renewal moves it, so a lease renewed since the page was
-    shown is told apart too. `expected_status` is the status they saw (None:
+    shown is told apart too (the console passes it for the actions that take the
+    lease away; a cancel only asks the run to stop). `expected_status` is the status they saw (None:
     any status the action accepts): a failed item retried meanwhile is pending,
     which a delete also accepts, but it is not the item they chose to delete. A
     changed status, token or heartbeat skips the item rather than guessing.
@@ -326,6 +327,8 @@ def _apply(
             signals.send_after_commit(signals.lease_force_released, Action, [event], using=using)
     if row["superseded_by"]:
         message += f" (superseded by {row['superseded_by']}, which holds its unique key)"
+    if action == Action.FORCE_RELEASE and row["status"] == WorkItemStatus.CANCELLED:
+        message += " (ended cancelled: it was asked to stop)"
     if dependents_failed:
         message += f" ({len(dependents_failed)} dependent item(s) failed with it)"
     if still_failed:

@@ -13,7 +13,7 @@ from .. import transitions as T
 from ..transitions import quoted
 from .runner import Statement
 from .unique import other_holder, superseded_message
-from .work_items import LEASE_CLEARED
+from .work_items import LEASE_CLEARED, cancel_requested, cancelled_message
 
 if TYPE_CHECKING:
     from ..storage.base import Storage
@@ -67,13 +67,17 @@ def lock_item(d: Storage, item_id: str, *, for_delete: bool = False) -> Statemen
 def _set(d: Storage, action: str) -> str:
     """What `action` sets besides updated_at; one `%s`, the operator's message."""
     if action == FORCE_RELEASE:
-        # Back to pending, unless another item holds its unique key: superseded then.
+        # Back to pending, unless it was asked to stop (cancelled: however its run ends,
+        # it does not run again) or another item holds its unique key (superseded).
+        # The request to stop stays on a cancelled row, as a hand-back leaves it.
         holder = other_holder("work_items")
-        returns = f"{holder} IS NULL"
-        return f"""{T.FORCE_RELEASE.sets({T.PENDING: returns})}, {LEASE_CLEARED},
-            run_after = NULL, cancel_requested_at = NULL,
+        cancelled = cancel_requested()
+        returns = f"(NOT {cancelled} AND {holder} IS NULL)"
+        return f"""{T.FORCE_RELEASE.sets({T.CANCELLED: cancelled, T.PENDING: returns})},
+            {LEASE_CLEARED}, run_after = NULL,
             completed_at = CASE WHEN {returns} THEN NULL ELSE {d.now} END,
             error_message = CASE WHEN {returns} THEN %s
+                            WHEN {cancelled} THEN {cancelled_message("%s")}
                             ELSE {superseded_message(holder, "%s")} END"""
     if action == FORCE_FAIL:
         return f"{T.FORCE_FAIL.sets()}, {LEASE_CLEARED}, completed_at = {d.now}, error_message = %s"
@@ -98,7 +102,7 @@ def transition(d: Storage, action: str, item_id: str, token: int, message: str) 
 
     A retry also requires that no other item holds the item's unique key.
     """
-    messages = [message, message] if action == FORCE_RELEASE else [message]
+    messages = [message] * 3 if action == FORCE_RELEASE else [message]
     unheld = f"AND {other_holder('work_items')} IS NULL" if action == RETRY else ""
     superseded_by = "NULL AS superseded_by"
     if action == FORCE_RELEASE:

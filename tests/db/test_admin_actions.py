@@ -411,8 +411,8 @@ def test_select_all_whose_selection_changed_meanwhile_writes_nothing_and_says_so
 
 def _fingerprint(ids: list[str], status: str) -> str:
     """The fingerprint a confirmation page must carry for these items (of any order), all
-    in `status`."""
-    lines = sorted(f"{pk} {status}" for pk in ids)
+    in `status`, with the lease tokens they have now."""
+    lines = sorted(f"{pk} {status} {row(pk)['lease_token']}" for pk in ids)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
@@ -467,7 +467,7 @@ def test_select_all_whose_items_changed_to_as_many_others_writes_nothing_and_say
     assert message.level_tag == "error"
     assert message.message == (
         "The selection changed after the page was shown: 3 work items match now, as many as "
-        "then, but not the same ones, or not in the same status (work items with "
+        "then, but not the same ones, or not in the same status or lease (work items with "
         "lease_health=stale); nothing was changed. Check the items and confirm again."
     )
     assert {pk: row(pk) for pk in everything} == before  # each item as it was

@@ -216,8 +216,8 @@ def test_select_all_delete_of_items_one_of_which_was_retried_meanwhile_writes_no
     assert message.level_tag == "error"
     assert message.message == (
         "The selection changed after the page was shown: 2 work items match now, as many as "
-        "then, but not the same ones, or not in the same status (every work item); nothing "
-        "was changed. Check the items and confirm again."
+        "then, but not the same ones, or not in the same status or lease (every work item); "
+        "nothing was changed. Check the items and confirm again."
     )
     assert row(failed_id) == queued and row(done_id)["status"] == "completed"
     assert _transitions() == [("retry", "bob")]

@@ -312,8 +312,10 @@ class Reference:
             self._remove([item.id])
             item.status = DELETED
         elif action == FORCE_RELEASE:
-            item.cancel_requested = False
-            self._return_to_pending(item, counted=False, ready=True)
+            if item.cancel_requested:  # asked to stop: however its run ends, it is cancelled
+                self._end(item, CANCELLED)
+            else:
+                self._return_to_pending(item, counted=False, ready=True)
         elif action == FORCE_FAIL:
             self._fail(item)
         elif action == CANCEL:

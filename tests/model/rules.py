@@ -231,6 +231,21 @@ class LeasingMachine(ModelMachine):
     def operator_action(self, data: st.DataObject, action: str, token: str) -> None:
         item = self.draw_item(data, *STATUSES)
         expected_token = {"current": item.token, "unchecked": None, "stale": item.token + 1}[token]
+        self.operate(action, item, expected_token)
+
+    @precondition(lambda self: self.ref.with_status(IN_PROGRESS))
+    @rule(
+        data=st.data(),
+        action=st.sampled_from(["cancel", "force_release", "force_fail"]),
+        checked=st.booleans(),
+    )
+    def operator_action_on_running(self, data: st.DataObject, action: str, checked: bool) -> None:
+        """The actions on a running item, often enough that one asked to stop (a cancel)
+        is then force-released or force-failed."""
+        item = self.draw_item(data, IN_PROGRESS)
+        self.operate(action, item, item.token if checked else None)
+
+    def operate(self, action: str, item: Any, expected_token: int | None) -> None:
         holder = self.ref.key_holder(item.key)
         result = leasing.apply_action(
             action, item.id, expected_token=expected_token, actor="model", reason="model step"
@@ -247,6 +262,10 @@ class LeasingMachine(ModelMachine):
                 assert f"superseded by {item.superseded_by}" in result.detail, result.detail
             else:
                 assert "superseded" not in result.detail, result.detail
+            asked = "ended cancelled: it was asked to stop" in result.detail
+            assert asked == (item.status == CANCELLED), result.detail
+            if asked:
+                event("operator force_release: asked to stop, cancelled")
         if skipped == "key":
             assert holder is not None and holder.id in result.detail, result.detail
         if action == "delete" and skipped is None:

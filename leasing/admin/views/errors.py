@@ -117,6 +117,7 @@ def retry_group_view(request: HttpRequest, *, model_admin: WorkItemAdmin) -> Htt
     selection = bulk.failed_selection(
         f"failed in the last {window} with {group_label(group, visible=False)}",
         group_members(start, key, bulk.BULK_LIMIT + 1, using=using),
+        using=using,
     )
     if confirming:
         reason, confirm = bulk.confirmed(model_admin, request, selection)
