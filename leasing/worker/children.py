@@ -253,6 +253,16 @@ class Child:
             elif process.pid is not None:  # not started yet: its handler started nothing
                 os.kill(process.pid, signum)
 
+    def kill(self) -> None:
+        """SIGKILL the child and its whole process group at once (any thread: a forced
+        exit, which must not leave the handler's processes behind)."""
+        process, group = self.process, self.group
+        with contextlib.suppress(OSError):
+            if group is not None:
+                os.killpg(group, signal.SIGKILL)
+            elif process is not None and process.pid is not None:
+                os.kill(process.pid, signal.SIGKILL)
+
     def _kill_group(self) -> None:
         """SIGKILL what is left of the child's process group (its handler's processes)."""
         if self.group is not None:

@@ -246,6 +246,14 @@ class ExecutorPool:
             if executor.child is not None:
                 executor.join(2 * self.process_stop_grace + 1.0)
 
+    def kill_children(self) -> int:
+        """SIGKILL every child's process group (a forced exit); returns how many."""
+        with self._lock:
+            children = [e.child for e in self.executors if e.child is not None]
+        for child in children:
+            child.kill()
+        return len(children)
+
     # --- one run ---------------------------------------------------------------------
 
     def execute(self, executor: Executor, slot: Slot) -> None:
@@ -307,7 +315,10 @@ class ExecutorPool:
             self.recorder.failure(slot, exc, kind)
         except Exception:  # a bug of ours must not kill the executor or strand the lease
             logger.exception("recording the failure of %s failed", slot.lease.work_item_id)
-            self.recorder.hand_back(slot, "its failure could not be recorded")
+            try:
+                self.recorder.hand_back(slot, "its failure could not be recorded")
+            except Exception:  # its lease runs out and the sweep takes it over
+                logger.exception("handing back %s failed", slot.lease.work_item_id)
         finally:
             self.on_done(slot)
 

@@ -26,6 +26,7 @@ from ..exceptions import (
     LeaseConflictError,
     LeaseExpiredError,
     PermanentError,
+    WorkItemNotFound,
     one_line,
 )
 from ..services import endings
@@ -128,7 +129,8 @@ class Recorder:
         self.exiting = exiting
 
     def write(self, slot: Slot, what: str, write: Callable[[], T]) -> T | None:
-        """Run `write` until it lands; None when the lease is gone or the worker exits."""
+        """Run `write` until it lands; None when the lease or its item is gone, or the
+        worker exits."""
         failures = 0
         while True:
             try:
@@ -141,6 +143,18 @@ class Recorder:
                     slot.lease.token,
                     what,
                     lost,
+                )
+                self.counters.add(lost=1)
+                return None
+            except WorkItemNotFound:
+                # Deleted by an operator while its handler ran: a lost lease whose item
+                # nobody decides about any more.
+                logger.warning(
+                    "abandoned the run of %s (token %d): its item no longer exists, so %s "
+                    "was not written",
+                    slot.lease.work_item_id,
+                    slot.lease.token,
+                    what,
                 )
                 self.counters.add(lost=1)
                 return None

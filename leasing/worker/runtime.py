@@ -19,7 +19,8 @@ beat in the `workers` row, never re-claimed by this process while it runs.
 Past `LEASING["MAX_ABANDONED_RUNS"]` of them the worker claims nothing,
 finishes its running items and exits with `EXIT_ABANDONED_RUNS` so the
 service manager starts a fresh process (threads cannot be killed; a process
-can).
+can). A renewer thread that ended stops the worker the same way (as a SIGTERM
+does), with `EXIT_THREAD_ENDED`.
 """
 
 from __future__ import annotations
@@ -68,6 +69,12 @@ logger = logging.getLogger("leasing.worker")
 EXIT_ABANDONED_RUNS = 75
 # The `WorkerSummary.reason` of that ending.
 TOO_MANY_ABANDONED = "too-many-abandoned-runs"
+# The exit status of a worker that stopped because a thread it cannot work without
+# ended (EX_SOFTWARE: a fault of the process; start it again), and that ending's reason.
+EXIT_THREAD_ENDED = 70
+THREAD_ENDED = "essential-thread-ended"
+# The exit status of `runworker` for each ending that asks for a fresh process.
+EXIT_STATUSES = {TOO_MANY_ABANDONED: EXIT_ABANDONED_RUNS, THREAD_ENDED: EXIT_THREAD_ENDED}
 
 
 class WorkerRuntime:
@@ -137,7 +144,9 @@ class WorkerRuntime:
         )
         self.listener: NotifyListener | None = None
         self.leadership: Leadership | None = None
-        self.signals = ShutdownSignals(self._on_signal, on_forced=self._hand_back_all)
+        self.signals = ShutdownSignals(
+            self._on_signal, on_forced=self._hand_back_all, on_exit=self.pool.kill_children
+        )
 
     # --- control -----------------------------------------------------------------------
 
@@ -267,6 +276,8 @@ class WorkerRuntime:
         polled = False  # the last wait ended by its timeout, not by a wake
         while not self._stop.is_set():
             self.watch.supervise()
+            if self._essential_thread_ended():
+                return THREAD_ENDED
             claiming = not self._quiet and not self._too_many_abandoned()
             try:
                 started_at = time.monotonic()
@@ -315,6 +326,24 @@ class WorkerRuntime:
                 continue
             polled = self._wait_for_work(poll * random.uniform(0.8, 1.2))
         return "signal" if self.signals.received else "stopped"
+
+    def _essential_thread_ended(self) -> bool:
+        """Whether a thread the worker cannot go on without has ended: then it stops.
+
+        The renewer keeps its leases and its `workers` row alive: without it
+        every run's lease runs out while the worker goes on claiming. (Executors
+        are replaced by `Watch.supervise`; without the listener the worker polls.)
+        """
+        if self.renewer.is_running():
+            return False
+        logger.error(
+            "worker %s exits with status %d: its lease renewer thread ended, so nothing "
+            "renews its leases or beats its workers row; running items finish or are handed "
+            "back, and a fresh process takes over",
+            self.worker_id,
+            EXIT_THREAD_ENDED,
+        )
+        return True
 
     def _idle_ending(self) -> str | None:
         """Nothing in flight and nothing claimed: is the worker done?"""

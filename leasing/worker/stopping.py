@@ -4,8 +4,9 @@ A second signal (Ctrl-C pressed twice) still gives the running items up:
 `on_forced` hands their leases back in one short statement (bounded by a
 `statement_timeout` of `FORCED_STATEMENT_TIMEOUT` on PostgreSQL), on a thread
 of its own with a connection of its own (the main thread may be inside a
-statement of its own), waited for at most `FORCED_STOP_SECONDS`; then the
-process exits.
+statement of its own), waited for at most `FORCED_STOP_SECONDS`; then
+`on_exit` kills the process groups of the worker's child processes (process
+mode: the processes their handlers started are in them), and the process exits.
 If the database does not answer in time, it exits all the same and says so:
 those leases wait for their expiry and the sweep.
 """
@@ -41,11 +42,18 @@ class ShutdownSignals:
     """
 
     def __init__(
-        self, on_first: Callable[[str], None], on_forced: Callable[[], int] | None = None
+        self,
+        on_first: Callable[[str], None],
+        on_forced: Callable[[], int] | None = None,
+        on_exit: Callable[[], object] | None = None,
     ) -> None:
         self.on_first = on_first
         # Hands the running items back; returns how many.
         self.on_forced = on_forced
+        # Called last before the process ends: kills what would outlive it (the
+        # process groups of its children, whose parent-death signal reaches only the
+        # child itself, not the processes its handler started).
+        self.on_exit = on_exit
         self.received = 0
         self._thread = SignalThread(self._handle)
 
@@ -90,6 +98,11 @@ class ShutdownSignals:
                 "sweep re-queues them; exiting",
                 why,
             )
+        if self.on_exit is not None:
+            try:
+                self.on_exit()
+            except Exception:  # the process exits either way
+                logger.exception("stopping the child processes failed")
         for handler in logging.getLogger().handlers + logging.getLogger("leasing").handlers:
             with contextlib.suppress(Exception):
                 handler.flush()

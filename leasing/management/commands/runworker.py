@@ -12,7 +12,7 @@ from leasing import validation
 from leasing.exceptions import InvalidInput, LeasingConfigurationError, ProcessIdInUse
 from leasing.management.base import LeasingCommand, non_empty, positive_int
 from leasing.worker import WorkerOptions, WorkerRuntime
-from leasing.worker.runtime import EXIT_ABANDONED_RUNS, TOO_MANY_ABANDONED
+from leasing.worker.runtime import EXIT_STATUSES
 
 # Allocations between two collections of the young generation in a worker (Python's default: 700).
 YOUNG_GENERATION_THRESHOLD = 10_000
@@ -170,6 +170,7 @@ class Command(LeasingCommand):
                 )
             )
             self.stdout.write(f"worker {summary.worker_id} stopped ({summary.reason}): {counts}")
-        if summary.reason == TOO_MANY_ABANDONED:
-            # Threads cannot be stopped, a process can: the service manager starts a fresh one.
-            sys.exit(EXIT_ABANDONED_RUNS)
+        if summary.reason in EXIT_STATUSES:
+            # Threads cannot be stopped or restarted, a process can: the service manager
+            # starts a fresh one.
+            sys.exit(EXIT_STATUSES[summary.reason])
