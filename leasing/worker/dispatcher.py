@@ -296,7 +296,7 @@ class Dispatcher:
         for lease in completion.lost:
             logger.warning(
                 "lease on %s (%s, token %d) was lost before completion; result discarded "
-                "(another run or the sweep owns it now)",
+                "(another run or the sweep owns it now, or an operator deleted it)",
                 lease.work_item_id,
                 lease.work_type,
                 lease.token,

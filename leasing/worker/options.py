@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from .. import validation
-from ..conf import MAX_PREFETCH, LeasingSettings, get_settings
+from ..conf import MAX_PREFETCH, WRITE_DATABASE, LeasingSettings, get_settings
 from ..exceptions import InvalidInput, UnknownWorkType
 from ..handlers import EXECUTION_MODES, HandlerRegistry, HandlerSpec
 from ..handlers import registry as handler_registry
@@ -92,6 +92,7 @@ def resolve(
 ) -> WorkerConfig:
     """Validate the options against the settings and the registered handlers."""
     conf = conf or get_settings()
+    using = validation.database_alias(options.using)
     default_lease = validation.positive_seconds(
         "lease_seconds",
         conf.lease_duration if options.lease_seconds is None else options.lease_seconds,
@@ -115,14 +116,16 @@ def resolve(
     executions = {t: s.execution or options.execution for t, s in specs.items()}
     listen_database = None
     if options.listen and conf.listen:
-        listen_database = conf.listen_database or options.using
+        # LISTEN_DATABASE is a direct connection to the default database (behind a
+        # pooler): a worker of another alias listens on its own.
+        listen_database = (conf.listen_database if using == WRITE_DATABASE else None) or using
     return WorkerConfig(
         worker_id=(
             validation.non_empty_text("worker_id", options.worker_id)
             if options.worker_id
             else new_process_id()
         ),
-        using=options.using,
+        using=using,
         concurrency=validation.integer(
             "concurrency", options.concurrency, minimum=1, maximum=10_000
         ),

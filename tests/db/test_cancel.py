@@ -171,6 +171,14 @@ def test_the_command_reports_a_bad_id_and_still_cancels_the_others(bad, said):
     assert said in err.getvalue()
 
 
+def test_the_command_cancels_an_id_given_twice_once():
+    item = enqueue("a", "noop")
+    out = StringIO()
+    call_command("cancel", item.pk, item.pk, "--reason", "cleanup", stdout=out)
+    assert out.getvalue().count(f"{item.pk}: cancelled") == 1  # and no "not cancelled" error
+    assert row(item.pk)["status"] == "cancelled"
+
+
 def test_the_admin_cancels_with_a_reason_and_the_list_filters_cancelled(operator_client):
     from tests.support.admin import changelist_url, confirm, messages_of, start_action
 

@@ -49,7 +49,8 @@ class Command(LeasingCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         actor = default_actor()
         refused = 0
-        for item_id in options["ids"]:
+        ids = list(dict.fromkeys(options["ids"]))  # an id given twice is cancelled once
+        for item_id in ids:
             try:
                 result = cancel(item_id, actor=actor, reason=options["reason"])
             except WorkItemNotFound:
@@ -71,7 +72,7 @@ class Command(LeasingCommand):
                 self.stderr.write(f"{item_id}: {result.detail}")
                 refused += 1
         if refused:
-            raise CommandError(f"{refused} of {len(options['ids'])} item(s) not cancelled.")
+            raise CommandError(f"{refused} of {len(ids)} item(s) not cancelled.")
 
 
 def _shown(text: str) -> str:
