@@ -13,13 +13,13 @@ OPTIONS = {"work_types": ("test.noop",)}
 
 @pytest.mark.parametrize("using", ["nope", "", None, 3])
 def test_an_unknown_database_alias_is_refused_naming_the_aliases(using):
-    with pytest.raises(InvalidInput, match="must name a database alias of settings.DATABASES"):
+    with pytest.raises(InvalidInput, match=r"must name a database alias of settings\.DATABASES"):
         resolve(WorkerOptions(using=using, **OPTIONS))
 
 
 @pytest.fixture
 def aliases():
-    """"direct" (LISTEN_DATABASE: the default database without its pooler) and "other" (a
+    """ "direct" (LISTEN_DATABASE: the default database without its pooler) and "other" (a
     Tasks backend's OPTIONS['DATABASE'])."""
     for alias in ("direct", "other"):
         connections.settings[alias] = dict(connections.settings["default"])
