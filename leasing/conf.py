@@ -78,7 +78,8 @@ class LeasingSettings:
 
     # Idempotency keys
     #: Seconds a `run_once` key and its stored response live, counted once the key's item (if
-    #: any) has finished: a key never expires under a running item or one waiting for a retry.
+    #: any) has completed: a key never expires while its item may run again (running, waiting
+    #: for a retry, or failed or cancelled, which an operator may retry).
     idempotency_ttl: float = 24 * 3600.0
 
     # Workers
