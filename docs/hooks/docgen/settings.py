@@ -89,9 +89,15 @@ def render_checks() -> str:
     from leasing import checks
 
     listed: dict[str, str] = {}
+    last = None
     for line in (checks.__doc__ or "").splitlines():
         if match := re.match(r"^([EW]\d{3})\s+(.+)$", line):
-            listed[match.group(1)] = match.group(2)
+            last = match.group(1)
+            listed[last] = match.group(2)
+        elif last is not None and line.startswith("      ") and line.strip():
+            listed[last] += " " + line.strip()  # an entry's continuation line
+        else:
+            last = None
     root = Path(leasing.__file__).parent
     used = set()
     for path in root.rglob("*.py"):
