@@ -209,3 +209,27 @@ def _admin_client(username: str, *extra_perms: str) -> Any:
     client = Client()
     client.force_login(make_user(username, *VIEW_ALL, *extra_perms))
     return client
+
+
+@pytest.fixture
+def tasks_setting(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Set TASKS (one leasing backend per keyword, in order) and start the app again."""
+    import django.tasks
+    from django.apps import apps
+    from django.tasks import TaskBackendHandler
+
+    from leasing.handlers import registry
+    from leasing.tasks import BACKEND_PATH, TASK_WORK_TYPE, run_task
+
+    def apply(**backends: Any) -> None:
+        # A handler of its own first: Django resets `django.tasks.task_backends` when TASKS
+        # changes, and would give the project's handler this test's TASKS for good.
+        monkeypatch.setattr(django.tasks, "task_backends", TaskBackendHandler())
+        settings.TASKS = {
+            alias: {"BACKEND": BACKEND_PATH, "QUEUES": [], "OPTIONS": options}
+            for alias, options in backends.items()
+        }
+        apps.get_app_config("leasing").ready()
+
+    yield apply
+    registry.register(TASK_WORK_TYPE, run_task, replace=True)  # as the project's TASKS

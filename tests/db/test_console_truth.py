@@ -8,13 +8,11 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.test import Client
-from prometheus_client.parser import text_string_to_metric_families
 
 from leasing import RecoverySweep
 from leasing.models import Worker, WorkItem
 from leasing.services import processes
-from tests.support.admin import claim, dashboard_url, shift
+from tests.support.admin import claim, dashboard_url, gauges, shift
 from tests.support.helpers import database_now
 
 pytestmark = pytest.mark.django_db
@@ -38,17 +36,6 @@ def tile_level(html: str, label: str) -> str:
     )
     assert match, label
     return match.group(1)
-
-
-def gauges(name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    """Every sample of `leasing_<name>` in /metrics, by its labels."""
-    body = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t0ken").content.decode()
-    return {
-        tuple(sorted(s.labels.items())): s.value
-        for family in text_string_to_metric_families(body)
-        for s in family.samples
-        if s.name == f"leasing_{name}"
-    }
 
 
 def running_sweep(worker_id: str = "sweeper@h:1:aa") -> None:

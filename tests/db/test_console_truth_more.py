@@ -12,27 +12,15 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.urls import reverse
-from prometheus_client.parser import text_string_to_metric_families
 
 from leasing import RecoverySweep, enqueue
 from leasing.models import Worker
 from leasing.services import processes
-from tests.support.admin import claim, dashboard_url, shift
+from tests.support.admin import claim, dashboard_url, gauges, shift
 from tests.support.helpers import database_now
 from tests.support.items import run_item
 
 pytestmark = pytest.mark.django_db
-
-
-def gauges(name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    """Every sample of `leasing_<name>` in /metrics, by its labels."""
-    body = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t0ken").content.decode()
-    return {
-        tuple(sorted(s.labels.items())): s.value
-        for family in text_string_to_metric_families(body)
-        for s in family.samples
-        if s.name == f"leasing_{name}"
-    }
 
 
 # --- an at-risk lease says what the sweep's health says ----------------------------------------

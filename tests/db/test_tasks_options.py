@@ -8,46 +8,21 @@ LEASE_DURATION or HEARTBEAT silently lost to the first's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import django.tasks
 import pytest
-from django.apps import apps
-from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
-from django.tasks import TaskBackendHandler, TaskResultStatus
+from django.tasks import TaskResultStatus
 
 from leasing.handlers import registry
 from leasing.models import WorkItem
-from leasing.tasks import BACKEND_PATH, TASK_WORK_TYPE, run_task
+from leasing.tasks import TASK_WORK_TYPE, run_task
+from tests.support.helpers import e013
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db
 
 KNOWN = "Known options: DATABASE, HEARTBEAT, LEASE_DURATION, MAX_RETRIES."
-
-
-@pytest.fixture
-def tasks_setting(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
-    """Set TASKS (one leasing backend per keyword, in order) and start the app again."""
-
-    def apply(**backends: Any) -> None:
-        # A handler of its own first: Django resets `django.tasks.task_backends` when TASKS
-        # changes, and would give the project's handler this test's TASKS for good.
-        monkeypatch.setattr(django.tasks, "task_backends", TaskBackendHandler())
-        settings.TASKS = {
-            alias: {"BACKEND": BACKEND_PATH, "QUEUES": [], "OPTIONS": options}
-            for alias, options in backends.items()
-        }
-        apps.get_app_config("leasing").ready()
-
-    yield apply
-    registry.register(TASK_WORK_TYPE, run_task, replace=True)  # as the project's TASKS
-
-
-def e013() -> list[str]:
-    return [m.msg for m in run_checks() if m.id == "leasing.E013"]
 
 
 def assert_refused(words: str) -> None:

@@ -247,3 +247,16 @@ def confirm(client: Client, page: Any, **changes: str | None) -> Any:
 
 def messages_of(response: Any) -> list[str]:
     return [str(m) for m in response.context["messages"]]
+
+
+def gauges(name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of `leasing_<name>` in /metrics (the tests' METRICS_TOKEN), by its labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t0ken").content.decode()
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name == f"leasing_{name}"
+    }

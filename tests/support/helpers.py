@@ -154,3 +154,10 @@ def mirror_alias(alias: str, blocker: Any) -> Iterator[None]:
             connections[alias].close()
         del connections[alias]
         del connections.settings[alias]
+
+
+def e013() -> list[str]:
+    """The messages of check leasing.E013 (a leasing Tasks backend's OPTIONS) now."""
+    from django.core.checks import run_checks
+
+    return [m.msg for m in run_checks() if m.id == "leasing.E013"]
