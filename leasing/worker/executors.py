@@ -266,7 +266,7 @@ class ExecutorPool:
             self.recorder.hand_back(slot, "worker stopping before it started")
             self.on_done(slot)
             return
-        self._check_connection(executor)
+        self.check_connection(executor)
         context = WorkContext(slot.lease, slot.heartbeat, using=self.using)
         if slot.cancel_requested:  # asked to stop before it started: it never runs
             context.request_cancel()
@@ -369,7 +369,7 @@ class ExecutorPool:
         except ChildProcessDied as exc:  # the next run tries again, and fails if it cannot
             logger.error("%s: %s", executor.name, exc)
 
-    def _check_connection(self, executor: Executor) -> None:
+    def check_connection(self, executor: Executor) -> None:
         """Before a handler gets this thread's connection: drop it if the server did (also
         while the previous run held it: a run that starts after an outage runs normally)."""
         connection = executor.connection or connections[self.using]

@@ -32,7 +32,7 @@ import threading
 import time
 from datetime import timedelta
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from ..conf import get_settings
 from ..exceptions import DatabaseUnavailable, LeaseConflictError
@@ -42,11 +42,9 @@ from ..services.held import Lease
 from ..services.leases import LeaseManager
 from ..sql.processes import RunReport
 from ..sql.runner import (
-    IDLE_CHECK_SECONDS,
     close_connection,
     is_infrastructure_error,
     is_lock_conflict,
-    refresh_connection,
     until_reachable,
 )
 from ..states import WorkerRequest, WorkerRole, WorkerStatus
@@ -486,12 +484,9 @@ class WorkerRuntime:
         lifetime = spec.max_lease_lifetime or self.max_lease_lifetime
         if spec.timeout is None or spec.timeout >= lifetime:
             return lease  # its deadline is its lifetime, which counts from the claim
-        using = self.config.using
         try:
             # The executor would check its connection next; a dead one must not cost the run.
-            connection = executor.connection or connections[using]
-            idle = time.monotonic() - executor.last_used > IDLE_CHECK_SECONDS
-            refresh_connection(connection, executor.hang_up, idle)
+            self.pool.check_connection(executor)
             started = self.manager.start_clock(
                 lease, spec.timeout, lease.acquired_at + timedelta(seconds=lifetime)
             )
@@ -499,7 +494,7 @@ class WorkerRuntime:
             if not is_infrastructure_error(exc):
                 logger.exception("moving the deadline of %s failed", lease.work_item_id)
             else:
-                close_connection(using)
+                close_connection(self.config.using)
             why = f"its deadline could not be moved to its start ({one_line(exc)})"
         else:
             if started is not None:
